@@ -1,0 +1,31 @@
+"""The backend seam: one small protocol every upstream dialect implements.
+
+Backends know nothing of wasm; they turn a CompletionRequest into a
+CompletionResult and never raise for upstream trouble (errors are values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spearpy.chat.protocol import CompletionResult, JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    model: str
+    messages: list[JSONDict]
+    tools: list[JSONDict] | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # forwarded upstream as-is
+    timeout_s: float | None = None  # per request; None = backend default
+    deadline: float | None = None  # time.monotonic() value no wait may pass
+
+
+class Backend(Protocol):
+    name: str
+    default_model: str
+
+    def complete(self, request: CompletionRequest) -> CompletionResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,147 @@
+"""Plain value types exchanged between the ToolLoop and its driver.
+
+The loop is sans-IO: the driver (hostcalls/chat.py) performs every action the
+loop asks for and feeds the results back. Nothing here imports wasmtime or
+httpx.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+JSONDict: TypeAlias = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One normalised call from an assistant message."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text, exactly as replayed upstream
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamError:
+    """Why a completion produced no usable body."""
+
+    code: str  # e.g. "upstream_http_error", "upstream_unreachable", "upstream_bad_json"
+    message: str
+    status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionResult:
+    """What the backend returned for one Complete action."""
+
+    backend: str
+    model: str
+    body: JSONDict | None = None  # the upstream chat-completion JSON
+    error: UpstreamError | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What calling one guest tool produced."""
+
+    ok: bool
+    output: str = ""  # tool output text when ok
+    error_code: str | None = None  # tool_exec_failed / output_too_large / ...
+    error_message: str | None = None
+    rc: int | None = None
+    duration_ms: float = 0.0
+
+
+# ---- actions the loop asks its driver to perform ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    messages: list[JSONDict]
+    tools: list[JSONDict] | None
+    iteration: int  # 1-based number of this completion within the send
+
+
+@dataclass(frozen=True, slots=True)
+class CallTool:
+    call: ToolCall
+    fn_offset: int
+    arguments: str  # validated JSON text handed to the guest
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    body: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    body: JSONDict  # {"error": {"code", "message"}, "_spear": {...}}
+
+
+Action: TypeAlias = Complete | CallTool | Done | Failed
+
+
+# ---- notes the loop leaves for observers (drained by the driver) -----------
+
+
+@dataclass(frozen=True, slots=True)
+class LimitHit:
+    limit: str  # max_iterations / max_total_tool_calls / max_total_tokens
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSkipped:
+    """A call answered without running the guest (error or cache hit)."""
+
+    call: ToolCall
+    code: str  # unknown_tool / invalid_arguments / cache_hit / not_run
+    message: str = ""
+
+
+LoopNote: TypeAlias = LimitHit | ToolSkipped
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            return
+        for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = raw.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                setattr(self, name, getattr(self, name) + value)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLimits:
+    """Effective limits of one send (session params already merged with host caps)."""
+
+    max_iterations: int = 8
+    max_total_tool_calls: int = 32
+    max_tool_output_bytes: int = 65536
+    max_total_tokens: int | None = None
+    strict_tools: bool = False
+    cache_tool_results: bool = False
+    validate_tool_args: bool = True
+
+
+@dataclass(slots=True)
+class SendStats:
+    iterations: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
