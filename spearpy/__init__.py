@@ -1,0 +1,1 @@
+"""spearpy: a WebAssembly host for SPEAR-ABI agents."""
