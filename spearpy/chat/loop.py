@@ -1,0 +1,412 @@
+"""ToolLoop: the sans-IO state machine of one cchat_send.
+
+The driver asks `next_action()` what to do, performs it (HTTP, a guest call)
+and feeds the result back with `on_completion` / `on_tool_result`. The loop
+never does I/O itself, so every policy here is testable with plain data.
+
+Like h11, the legal state changes live in one explicit table, and anything
+that ends the send moves the machine into a terminal state in one step: the
+session is left with every tool call of its last assistant message answered
+(auto sends), the final Done/Failed action is fixed, and metrics are written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import Enum
+from typing import Final, NoReturn
+
+from spearpy import abi
+from spearpy.chat.normalize import bad_response_reason, first_message, with_session_tool_calls
+from spearpy.chat.protocol import (
+    Action,
+    CallTool,
+    Complete,
+    CompletionResult,
+    Done,
+    Failed,
+    JSONDict,
+    LimitHit,
+    LoopLimits,
+    LoopNote,
+    SendStats,
+    ToolCall,
+    ToolOutcome,
+    ToolSkipped,
+)
+from spearpy.chat.registry import Tool
+from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
+
+CACHE_HIT: Final = "cache_hit"
+UPSTREAM_BAD_RESPONSE: Final = "upstream_bad_response"
+INTERNAL_ERROR: Final = "internal_error"
+
+# Error codes a Failed body produced by the loop itself can carry. Upstream
+# errors carry their UpstreamError.code, interrupts the code given to interrupt().
+LOOP_ERROR_CODES: Final = frozenset(
+    {
+        abi.SEND_PENDING_TOOL_CALLS,
+        abi.SEND_TOOL_CALL_LIMIT,
+        abi.SEND_TOKEN_BUDGET,
+        abi.TOOL_UNKNOWN,
+        abi.TOOL_INVALID_ARGUMENTS,
+        UPSTREAM_BAD_RESPONSE,
+        INTERNAL_ERROR,
+    }
+)
+
+_MAX_NAME_IN_MESSAGE = 80
+
+
+class LoopState(Enum):
+    THINKING = "thinking"  # the next step is (or awaits) a completion
+    ACTING = "acting"  # tool calls of the last reply are being answered
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class _Event(Enum):
+    CALLS_RECEIVED = "calls_received"
+    CALLS_ANSWERED = "calls_answered"
+    FINISHED = "finished"
+    FAIL = "fail"
+    INTERRUPT = "interrupt"
+
+
+_TRANSITIONS: Final[dict[LoopState, dict[_Event, LoopState]]] = {
+    LoopState.THINKING: {
+        _Event.CALLS_RECEIVED: LoopState.ACTING,
+        _Event.FINISHED: LoopState.COMPLETED,
+        _Event.FAIL: LoopState.FAILED,
+        _Event.INTERRUPT: LoopState.INTERRUPTED,
+    },
+    LoopState.ACTING: {
+        _Event.CALLS_ANSWERED: LoopState.THINKING,
+        _Event.FAIL: LoopState.FAILED,
+        _Event.INTERRUPT: LoopState.INTERRUPTED,
+    },
+    LoopState.COMPLETED: {},
+    LoopState.FAILED: {},
+    LoopState.INTERRUPTED: {},
+}
+
+
+class LoopProtocolError(RuntimeError):
+    """The driver broke the protocol (a result nobody asked for, a reused loop)."""
+
+
+class ToolLoop:
+    def __init__(
+        self,
+        session: ChatSession,
+        limits: LoopLimits,
+        *,
+        auto: bool,
+        backend: str,
+        model: str,
+        metrics_enabled: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.session = session
+        self.limits = limits
+        self.auto = auto
+        self.backend = backend
+        self.model = model
+        self.stats = SendStats()
+        self.state = LoopState.THINKING
+        self._metrics_enabled = metrics_enabled
+        self._clock = clock
+        self._started = clock()
+        self._notes: list[LoopNote] = []
+        self._queue: deque[ToolCall] = deque()  # head = the call being answered
+        self._awaiting: Complete | CallTool | None = None
+        self._final: Done | Failed | None = None
+        self._cache: dict[tuple[str, str], str] = {}
+        self._in_flight_key: tuple[str, str] | None = None
+        self._start()
+
+    # ---- public surface --------------------------------------------------
+
+    @property
+    def final(self) -> Done | Failed | None:
+        return self._final
+
+    def next_action(self) -> Action:
+        """What the driver must do now; repeated calls return the same action."""
+        if self._final is not None:
+            return self._final
+        if self._awaiting is not None:
+            return self._awaiting
+        if self.state is LoopState.ACTING:
+            action = self._advance_calls()
+            if action is not None:
+                return action
+            if self._final is not None:
+                return self._final
+        self.stats.iterations += 1
+        complete = Complete(
+            messages=self.session.messages,
+            tools=self.session.registry.specs(),
+            iteration=self.stats.iterations,
+        )
+        self._awaiting = complete
+        return complete
+
+    def on_completion(self, result: CompletionResult) -> None:
+        if not isinstance(self._awaiting, Complete):
+            self._misuse("on_completion() without an outstanding Complete action")
+        self._awaiting = None
+        if result.backend:
+            self.backend = result.backend
+        if result.model:
+            self.model = result.model
+        body = result.body
+        if isinstance(body, dict):
+            self.stats.usage.add(body.get("usage"))
+        if result.error is not None:
+            err = result.error
+            self._fail(err.code, err.message, status=err.status)
+            return
+        message = first_message(body)
+        if body is None or message is None:
+            self._fail(UPSTREAM_BAD_RESPONSE, bad_response_reason(body))
+            return
+        _, calls = self.session.append_reply(message)
+        if not self.auto or not calls:
+            self._finish(body)
+            return
+        self._accept_calls(calls)
+
+    def on_tool_result(self, call_id: str, outcome: ToolOutcome) -> None:
+        action = self._awaiting
+        if not isinstance(action, CallTool) or action.call.id != call_id:
+            self._misuse(f"on_tool_result({call_id!r}) does not answer the outstanding action")
+        self._awaiting = None
+        call = self._queue.popleft()
+        self.session.answer(call.id, self._tool_content(outcome))
+
+    def interrupt(self, code: str, message: str) -> Failed:
+        """End the send now (deadline, cancel); every pending call gets this error."""
+        if self._final is not None:
+            raise LoopProtocolError("interrupt() after the send ended")
+        self._awaiting = None
+        self._queue.clear()
+        for call in self.session.answer_pending(code, message):
+            self._notes.append(ToolSkipped(call=call, code=code, message=message))
+        failed = Failed(self._error_body(code, message))
+        self._end(failed, _Event.INTERRUPT)
+        return failed
+
+    def drain_notes(self) -> list[LoopNote]:
+        notes, self._notes = self._notes, []
+        return notes
+
+    # ---- steps -----------------------------------------------------------
+
+    def _start(self) -> None:
+        pending = self.session.pending_calls()
+        if pending and not self.auto:
+            self._fail(
+                abi.SEND_PENDING_TOOL_CALLS,
+                f"{len(pending)} tool call(s) of the last assistant message are unanswered: "
+                "answer them with a tool message or send with AUTO_TOOL_CALL",
+            )
+        elif pending or (self.auto and self.limits.max_iterations <= 0):
+            self._accept_calls(pending)
+
+    def _accept_calls(self, calls: list[ToolCall]) -> None:
+        """Run a reply's calls, unless the send could not go on after them."""
+        limits = self.limits
+        if self.stats.iterations >= limits.max_iterations:
+            self._stop_at_limit(
+                LimitHit("max_iterations", limits.max_iterations),
+                abi.SEND_TOOL_CALL_LIMIT,
+                f"max_iterations ({limits.max_iterations}) reached with tool calls unanswered",
+            )
+            return
+        budget = limits.max_total_tokens
+        if budget is not None and self.stats.usage.total_tokens > budget:
+            self._stop_at_limit(
+                LimitHit("max_total_tokens", budget),
+                abi.SEND_TOKEN_BUDGET,
+                f"{self.stats.usage.total_tokens} tokens used, over max_total_tokens ({budget})",
+            )
+            return
+        self._queue = deque(calls)
+        self._transition(_Event.CALLS_RECEIVED)
+
+    def _advance_calls(self) -> CallTool | None:
+        """Answer what needs no guest; return the next CallTool, or None when done."""
+        limits = self.limits
+        while self._queue:
+            call = self._queue[0]
+            tool = self.session.registry.get(call.name)
+            if tool is None:
+                shown = call.name[:_MAX_NAME_IN_MESSAGE]
+                if self._skip(call, abi.TOOL_UNKNOWN, f"no tool named {shown!r} is registered"):
+                    return None
+                continue
+            problem, canonical = self._check_arguments(tool, call)
+            if problem is not None:
+                if self._skip(call, abi.TOOL_INVALID_ARGUMENTS, problem):
+                    return None
+                continue
+            key = (call.name, canonical)
+            cached = self._cache.get(key) if limits.cache_tool_results else None
+            if cached is not None:
+                self._queue.popleft()
+                self.session.answer(call.id, cached)
+                self._notes.append(ToolSkipped(call=call, code=CACHE_HIT))
+                continue
+            if self.stats.tool_calls >= limits.max_total_tool_calls:
+                self._stop_at_limit(
+                    LimitHit("max_total_tool_calls", limits.max_total_tool_calls),
+                    abi.SEND_TOOL_CALL_LIMIT,
+                    f"max_total_tool_calls ({limits.max_total_tool_calls}) reached",
+                )
+                return None
+            self.stats.tool_calls += 1
+            self._in_flight_key = key
+            action = CallTool(call=call, fn_offset=tool.fn_offset, arguments=call.arguments)
+            self._awaiting = action
+            return action
+        self._transition(_Event.CALLS_ANSWERED)
+        return None
+
+    def _skip(self, call: ToolCall, code: str, message: str) -> bool:
+        """Answer `call` with an error for the model; True when that ends the send."""
+        self._queue.popleft()
+        self.session.answer(call.id, tool_error_content(code, message))
+        self._notes.append(ToolSkipped(call=call, code=code, message=message))
+        if not self.limits.strict_tools:
+            return False
+        self._answer_rest_not_run(f"strict_tools: the send ended at an earlier call ({code})")
+        self._fail(code, message)
+        return True
+
+    def _check_arguments(self, tool: Tool, call: ToolCall) -> tuple[str | None, str]:
+        """(why the arguments are unusable or None, their canonical form)."""
+        try:
+            parsed = json.loads(call.arguments, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            return f"arguments are not valid JSON: {exc}", ""
+        if self.limits.validate_tool_args:
+            if not isinstance(parsed, dict):
+                return "arguments must be a JSON object", ""
+            problem = tool.validate(parsed)
+            if problem is not None:
+                return problem, ""
+        # The cache key: the same call however the model spaced or ordered it.
+        return None, json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def _tool_content(self, outcome: ToolOutcome) -> str:
+        key, self._in_flight_key = self._in_flight_key, None
+        if not outcome.ok:
+            return tool_error_content(
+                outcome.error_code or abi.TOOL_EXEC_FAILED, outcome.error_message or ""
+            )
+        try:
+            size = len(outcome.output.encode("utf-8"))
+        except UnicodeEncodeError:
+            return tool_error_content(abi.TOOL_EXEC_FAILED, "tool output is not valid UTF-8")
+        limit = self.limits.max_tool_output_bytes
+        if size > limit:
+            return tool_error_content(
+                abi.TOOL_OUTPUT_TOO_LARGE,
+                f"tool output is {size} bytes, over max_tool_output_bytes ({limit})",
+            )
+        if self.limits.cache_tool_results and key is not None:
+            self._cache[key] = outcome.output  # only successes: failures may be transient
+        return outcome.output
+
+    # ---- endings -----------------------------------------------------------
+
+    def _stop_at_limit(self, hit: LimitHit, code: str, message: str) -> None:
+        self._notes.append(hit)
+        self._answer_rest_not_run(message)
+        self._fail(code, message)
+
+    def _answer_rest_not_run(self, message: str) -> None:
+        self._queue.clear()
+        for call in self.session.answer_pending(NOT_RUN, message):
+            self._notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
+
+    def _finish(self, body: JSONDict) -> None:
+        self._end(Done(self._done_body(body)), _Event.FINISHED)
+
+    def _fail(self, code: str, message: str, *, status: int | None = None) -> None:
+        self._end(Failed(self._error_body(code, message, status)), _Event.FAIL)
+
+    def _end(self, final: Done | Failed, event: _Event) -> None:
+        self._transition(event)
+        self._final = final
+        spear = final.body["_spear"]
+        if self._metrics_enabled:
+            metrics = dict(spear["usage"])
+            metrics.update(
+                iterations=spear["iterations"],
+                tool_calls=spear["tool_calls"],
+                elapsed_ms=spear["elapsed_ms"],
+            )
+            self.session.last_metrics = metrics
+        else:
+            self.session.last_metrics = {}
+
+    def _misuse(self, message: str) -> NoReturn:
+        if self._final is None:
+            self._awaiting = None
+            self._queue.clear()
+            self.session.answer_pending(INTERNAL_ERROR, "the host aborted the send")
+            self._fail(INTERNAL_ERROR, message)
+        raise LoopProtocolError(message)
+
+    def _transition(self, event: _Event) -> None:
+        try:
+            self.state = _TRANSITIONS[self.state][event]
+        except KeyError:
+            raise LoopProtocolError(
+                f"no transition for {event.value} in {self.state.value}"
+            ) from None
+
+    # ---- bodies --------------------------------------------------------------
+
+    def _spear(self) -> JSONDict:
+        elapsed = max(0.0, self._clock() - self._started)
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "iterations": self.stats.iterations,
+            "tool_calls": self.stats.tool_calls,
+            "usage": self.stats.usage.as_dict(),
+            "elapsed_ms": round(elapsed * 1000),
+        }
+
+    def _error_body(self, code: str, message: str, status: int | None = None) -> JSONDict:
+        error: JSONDict = {"code": code, "message": message}
+        if status is not None:
+            error["status"] = status
+        return {"error": error, "_spear": self._spear()}
+
+    def _done_body(self, body: JSONDict) -> JSONDict:
+        out = with_session_tool_calls(body, self.session.messages[-1])
+        out["_spear"] = self._spear()
+        return out
+
+
+def _reject_constant(token: str) -> object:
+    raise ValueError(f"{token} is not JSON")
+
+
+__all__ = [
+    "CACHE_HIT",
+    "INTERNAL_ERROR",
+    "LOOP_ERROR_CODES",
+    "UPSTREAM_BAD_RESPONSE",
+    "LoopProtocolError",
+    "LoopState",
+    "ToolLoop",
+]

@@ -1,0 +1,189 @@
+"""Turn an untrusted upstream assistant message into one any server replays.
+
+Providers and local servers disagree on the details of tool calls: arguments
+as a string or an object, missing ids or types, the legacy `function_call`,
+ids repeated within a turn or across turns. The session must hold a message a
+strict OpenAI-compatible server accepts on the next request, and every call in
+it must carry an id that can be answered exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from typing import Any
+
+from spearpy.chat.protocol import JSONDict, ToolCall
+
+# id_factory may keep returning taken ids (a model can echo our own format);
+# past this many attempts the factory is broken, not unlucky.
+_MAX_ID_ATTEMPTS = 10_000
+
+
+def compact_json(value: Any) -> str:
+    """The serialisation every body and tool message uses (C guests strstr it)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def normalize_assistant(
+    message: object,
+    id_factory: Callable[[], str],
+    used_ids: Collection[str] = (),
+) -> tuple[JSONDict, list[ToolCall]]:
+    """Normalise `choices[0].message`.
+
+    Returns the assistant message to append to the session and its tool
+    calls, in order. `used_ids` are tool_call ids already present in the
+    session; a reused one is replaced by a fresh id from `id_factory`.
+    Whether the turn has tool calls is read from the returned list, never
+    from finish_reason (servers set it inconsistently).
+    """
+    raw: JSONDict = message if isinstance(message, dict) else {}
+    entries = _tool_call_entries(raw)
+
+    taken = set(used_ids)
+    calls: list[ToolCall] = []
+    for entry_id, name, arguments in entries:
+        call_id = entry_id
+        if call_id is None or call_id in taken:
+            call_id = _fresh_id(id_factory, taken)
+        taken.add(call_id)
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+
+    content = _content(raw.get("content"))
+    if content is None and not calls:
+        content = ""  # without tool_calls, strict servers require content
+    normalized: JSONDict = {"role": "assistant", "content": content}
+    if calls:
+        normalized["tool_calls"] = [tool_call_json(call) for call in calls]
+    return normalized, calls
+
+
+def tool_call_json(call: ToolCall) -> JSONDict:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _tool_call_entries(message: JSONDict) -> list[tuple[str | None, str, str]]:
+    """(id or None, name, arguments) of every answerable call, in order."""
+    raw_calls = message.get("tool_calls")
+    if isinstance(raw_calls, dict):
+        raw_calls = [raw_calls]
+    if not isinstance(raw_calls, list):
+        raw_calls = []
+
+    entries: list[tuple[str | None, str, str]] = []
+    for entry in raw_calls:
+        # Junk entries have no name to run and no shape to replay: drop them
+        # rather than put something unanswerable into the transcript.
+        if not isinstance(entry, dict):
+            continue
+        fn = entry.get("function")
+        if not isinstance(fn, dict):
+            fn = entry  # some servers flatten name/arguments into the entry
+        name = fn.get("name")
+        if not isinstance(name, str) or name == "":
+            continue
+        entries.append((_given_id(entry.get("id")), name, _arguments(fn.get("arguments"))))
+
+    if not entries:
+        legacy = message.get("function_call")
+        if isinstance(legacy, dict):
+            name = legacy.get("name")
+            if isinstance(name, str) and name != "":
+                entries.append((None, name, _arguments(legacy.get("arguments"))))
+    return entries
+
+
+def _given_id(value: object) -> str | None:
+    if isinstance(value, str) and value.strip() != "":
+        return value
+    return None
+
+
+def _arguments(value: object) -> str:
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        # Several servers send "" for a call without parameters.
+        return value if value.strip() != "" else "{}"
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        # Non-finite floats: keep them visible so the call fails validation
+        # as invalid_arguments instead of being silently altered.
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _content(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        # Content-part arrays: keep the text, which is all a string field can hold.
+        texts = [_part_text(part) for part in value]
+        return "".join(text for text in texts if text is not None)
+    return compact_json(value)
+
+
+def _part_text(part: object) -> str | None:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict):
+        text = part.get("text")
+        if isinstance(text, str):
+            return text
+    return None
+
+
+def _fresh_id(id_factory: Callable[[], str], taken: set[str]) -> str:
+    for _ in range(_MAX_ID_ATTEMPTS):
+        candidate = id_factory()
+        if candidate not in taken:
+            return candidate
+    raise RuntimeError("id_factory keeps returning tool_call ids already in use")
+
+
+# ---- reading and patching upstream bodies ----------------------------------
+
+
+def first_message(body: object) -> JSONDict | None:
+    """`choices[0].message` when the body has a usable one (only choice 0: the host forbids n)."""
+    if not isinstance(body, dict):
+        return None
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    return message if isinstance(message, dict) else None
+
+
+def bad_response_reason(body: object) -> str:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return f"upstream returned no choices[0].message: {error['message']}"
+    return "upstream response has no usable choices[0].message"
+
+
+def with_session_tool_calls(body: JSONDict, appended: JSONDict) -> JSONDict:
+    """A copy of `body` whose choices[0].message.tool_calls are the session's.
+
+    Ids may have been generated or replaced and junk entries dropped; the
+    guest needs the session's ids to answer calls a plain send left pending.
+    Everything else of the upstream body is kept as it came. `body` must have
+    passed first_message().
+    """
+    out = dict(body)
+    choices = list(body["choices"])
+    choice = dict(choices[0])
+    message = dict(choice["message"])
+    message.pop("tool_calls", None)
+    if "tool_calls" in appended:
+        message["tool_calls"] = appended["tool_calls"]
+    choice["message"] = message
+    choices[0] = choice
+    out["choices"] = choices
+    return out

@@ -1,0 +1,179 @@
+"""The per-session tool registry: guest functions the model may call.
+
+Schemas come from the guest and arguments from the model; neither is trusted.
+A schema is checked once at registration and its validator built then, so a
+send never pays for schema compilation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import jsonschema
+import referencing
+import referencing.exceptions
+from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.protocols import Validator
+
+from spearpy import abi
+from spearpy.chat.protocol import JSONDict
+
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+# Validation messages quote the offending instance; a model can produce huge
+# arguments, and the message goes back to the model as a tool result.
+_MAX_MESSAGE_CHARS = 500
+
+# An empty registry: "$ref" may only point inside the schema itself. Without
+# it jsonschema would fetch http(s) refs from the network on behalf of a guest.
+_NO_REMOTE_REFS: referencing.Registry[Any] = referencing.Registry()
+
+
+class RegistryError(Exception):
+    """A schema or registration the guest must be told about (negative errno)."""
+
+    def __init__(self, errno: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    fn_offset: int
+    spec: JSONDict  # always {"type":"function","function":{name, description?, parameters?}}
+    validator: Validator | None = field(default=None, compare=False, repr=False)
+
+    def validate(self, arguments: object) -> str | None:
+        """Return why `arguments` (parsed JSON) do not fit the schema, or None."""
+        if self.validator is None:
+            return None
+        try:
+            error = best_match(self.validator.iter_errors(cast(Any, arguments)))
+        except referencing.exceptions.Unresolvable as exc:
+            return _clip(f"the tool schema has an unresolvable $ref: {exc.ref}")
+        except RecursionError:
+            return "arguments are nested too deeply to validate"
+        if error is None:
+            return None
+        where = error.json_path
+        return _clip(error.message if where == "$" else f"{where}: {error.message}")
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MAX_MESSAGE_CHARS:
+        return text
+    return text[: _MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _invalid(message: str) -> RegistryError:
+    return RegistryError(abi.EINVAL, message)
+
+
+def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
+    """Parse a cchat_write_fn schema in either accepted form.
+
+    Returns the tool name and the wrapped spec that goes upstream. Only the
+    keys OpenAI defines are kept, so strict servers accept the spec.
+    """
+    try:
+        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _invalid(f"tool schema is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _invalid("tool schema must be a JSON object")
+
+    kind = obj.get("type", "function")
+    if kind != "function":
+        raise _invalid(f'tool "type" must be "function", not {kind!r}')
+    if "function" in obj:
+        fn = obj["function"]
+        if not isinstance(fn, dict):
+            raise _invalid('"function" must be an object')
+    else:
+        fn = obj  # the bare {"name","description","parameters"} form
+
+    name = fn.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise _invalid("tool name must match ^[a-zA-Z0-9_-]{1,64}$")
+    function: JSONDict = {"name": name}
+
+    description = fn.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise _invalid('"description" must be a string')
+        function["description"] = description
+
+    parameters = fn.get("parameters")
+    if parameters is not None:
+        if not isinstance(parameters, dict):
+            raise _invalid('"parameters" must be a JSON object')
+        try:
+            jsonschema.validators.validator_for(parameters).check_schema(parameters)
+        except SchemaError as exc:
+            raise _invalid(
+                _clip(f'"parameters" is not a valid JSON Schema: {exc.message}')
+            ) from None
+        except RecursionError:
+            raise _invalid('"parameters" is nested too deeply') from None
+        function["parameters"] = parameters
+
+    strict = fn.get("strict")
+    if isinstance(strict, bool):
+        function["strict"] = strict  # OpenAI structured outputs; meaningful upstream
+
+    return name, {"type": "function", "function": function}
+
+
+def _reject_constant(token: str) -> object:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _build_validator(spec: JSONDict) -> Validator | None:
+    function = spec.get("function")
+    parameters = function.get("parameters") if isinstance(function, dict) else None
+    if not isinstance(parameters, dict):
+        return None
+    cls = jsonschema.validators.validator_for(parameters)
+    return cls(parameters, registry=_NO_REMOTE_REFS)
+
+
+class ToolRegistry:
+    """Tools of one chat session, in registration order."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: list[JSONDict] | None = None
+
+    def add(self, name: str, fn_offset: int, spec: JSONDict) -> Tool:
+        """Register a tool; `spec` is the wrapped form from parse_tool_schema."""
+        if name in self._tools:
+            raise RegistryError(abi.EEXIST, f"tool {name!r} is already registered")
+        tool = Tool(name=name, fn_offset=fn_offset, spec=spec, validator=_build_validator(spec))
+        self._tools[name] = tool
+        self._specs = None
+        return tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def specs(self) -> list[JSONDict] | None:
+        """The `tools` array for upstream, or None when no tool is registered.
+
+        The list is shared between sends; callers must not mutate it.
+        """
+        if not self._tools:
+            return None
+        if self._specs is None:
+            self._specs = [tool.spec for tool in self._tools.values()]
+        return self._specs
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools

@@ -1,0 +1,123 @@
+"""One chat session (one cchat fd): the transcript, params and tools.
+
+The session owns the transcript invariant every upstream enforces: each
+tool_call_id of an assistant message is answered by exactly one tool message,
+and those answers come before any other message. Pending calls are tracked
+here so both the guest (cchat_write_msg "tool") and the ToolLoop answer them
+through the same door.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from spearpy import abi
+from spearpy.chat.normalize import compact_json, normalize_assistant
+from spearpy.chat.params import canonical_key, check_param
+from spearpy.chat.protocol import JSONDict, ToolCall
+from spearpy.chat.registry import ToolRegistry
+
+NOT_RUN = "not_run"
+_ABANDONED_MESSAGE = "the guest continued the conversation without answering this call"
+
+
+def tool_error_content(code: str, message: str) -> str:
+    """The content of a tool message reporting a failure to the model."""
+    return compact_json({"error": {"code": code, "message": message}})
+
+
+class ChatSession:
+    def __init__(self, fd: int, *, id_factory: Callable[[], str] | None = None) -> None:
+        self.fd = fd
+        self.messages: list[JSONDict] = []
+        self.params: dict[str, Any] = {}
+        self.registry = ToolRegistry()
+        # GET_METRICS of the last send: {} unless it ran with ENABLE_METRICS.
+        self.last_metrics: dict[str, int] = {}
+        self._pending: dict[str, ToolCall] = {}  # insertion-ordered = call order
+        self._used_ids: set[str] = set()
+        self._id_counter = 0
+        self._id_factory = id_factory if id_factory is not None else self._next_call_id
+
+    # ---- guest-facing operations (return 0 or a negative errno) ----------
+
+    def write_message(self, role: str, content: str) -> int:
+        if role not in abi.ROLES or not isinstance(content, str):
+            return abi.EINVAL
+        if role == "tool":
+            return self._write_tool_answer(content)
+        self.abandon_pending()
+        self.messages.append({"role": role, "content": content})
+        return 0
+
+    def set_param(self, key: str, value: object) -> int:
+        rc = check_param(key, value)
+        if rc != 0:
+            return rc
+        key = canonical_key(key)
+        if value is None:
+            self.params.pop(key, None)
+        else:
+            self.params[key] = value
+        return 0
+
+    # ---- tool-call bookkeeping ------------------------------------------
+
+    def pending_calls(self) -> list[ToolCall]:
+        """Calls of the last assistant message not yet answered, in call order."""
+        return list(self._pending.values())
+
+    def append_reply(self, message: object) -> tuple[JSONDict, list[ToolCall]]:
+        """Normalise and append an upstream assistant message; its calls become pending."""
+        self.abandon_pending()
+        normalized, calls = normalize_assistant(message, self._id_factory, self._used_ids)
+        self.messages.append(normalized)
+        for call in calls:
+            self._used_ids.add(call.id)
+            self._pending[call.id] = call
+        return normalized, calls
+
+    def answer(self, call_id: str, content: str) -> None:
+        """Append the one tool message answering `call_id` (KeyError if not pending)."""
+        del self._pending[call_id]
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+    def answer_pending(self, code: str, message: str) -> list[ToolCall]:
+        """Answer every pending call with the same error; returns those calls."""
+        calls = self.pending_calls()
+        content = tool_error_content(code, message)
+        for call in calls:
+            self.answer(call.id, content)
+        return calls
+
+    def abandon_pending(self) -> list[ToolCall]:
+        """Close calls the guest walked past, so the transcript stays valid upstream."""
+        return self.answer_pending(NOT_RUN, _ABANDONED_MESSAGE)
+
+    # ---- internals -------------------------------------------------------
+
+    def _write_tool_answer(self, content: str) -> int:
+        try:
+            payload = json.loads(content, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return abi.EINVAL
+        if not isinstance(payload, dict) or "content" not in payload:
+            return abi.EINVAL
+        call_id = payload.get("tool_call_id")
+        if not isinstance(call_id, str) or call_id not in self._pending:
+            return abi.EINVAL
+        answer = payload["content"]
+        self.answer(call_id, answer if isinstance(answer, str) else compact_json(answer))
+        return 0
+
+    def _next_call_id(self) -> str:
+        # 9 alphanumerics: the strictest id format in use (Mistral) accepts it,
+        # and so does every server that takes arbitrary strings.
+        self._id_counter += 1
+        return f"sp{self._id_counter:07d}"
+
+
+def _reject_constant(token: str) -> object:
+    raise ValueError(f"{token} is not JSON")
