@@ -1,0 +1,55 @@
+"""The `spear` import module: every hostcall with its exact wasm signature."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Final
+
+from spearpy import abi
+from spearpy._native import I32, I64, HostFn, define_hostcall
+from spearpy.hostcalls import chat, fd, system
+from spearpy.hostcalls.unsupported import UNSUPPORTED
+
+if TYPE_CHECKING:
+    import wasmtime
+
+    from spearpy.instance import GuestRun
+
+
+def _i32s(n: int) -> tuple[str, ...]:
+    return (I32,) * n
+
+
+# name -> (params, results, implementation)
+HOSTCALLS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], HostFn]]] = {
+    "log": (_i32s(3), (I32,), system.log),
+    "time_now_ms": ((), (I64,), system.time_now_ms),
+    "wall_time_s": ((), (I64,), system.wall_time_s),
+    "random_i64": ((), (I64,), system.random_i64),
+    "sleep_ms": ((I32,), (), system.sleep_ms),
+    "cchat_create": ((), (I32,), chat.cchat_create),
+    "cchat_write_msg": (_i32s(5), (I32,), chat.cchat_write_msg),
+    "cchat_write_fn": (_i32s(4), (I32,), chat.cchat_write_fn),
+    "cchat_ctl": (_i32s(4), (I32,), chat.cchat_ctl),
+    "cchat_send": (_i32s(2), (I32,), chat.cchat_send),
+    "cchat_recv": (_i32s(3), (I32,), chat.cchat_recv),
+    "cchat_close": (_i32s(1), (I32,), chat.cchat_close),
+    "spear_fd_ctl": (_i32s(4), (I32,), fd.spear_fd_ctl),
+    "spear_epoll_create": ((), (I32,), fd.spear_epoll_create),
+    "spear_epoll_ctl": (_i32s(4), (I32,), fd.spear_epoll_ctl),
+    "spear_epoll_wait": (_i32s(4), (I32,), fd.spear_epoll_wait),
+    "spear_epoll_close": (_i32s(1), (I32,), fd.spear_epoll_close),
+}
+
+
+def _enosys(_run: GuestRun, *_args: int) -> int:
+    return abi.ENOSYS
+
+
+for _name, _nparams in UNSUPPORTED.items():
+    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), partial(_enosys))
+
+
+def define_spear_imports(linker: wasmtime.Linker) -> None:
+    for name, (params, results, fn) in HOSTCALLS.items():
+        define_hostcall(linker, abi.IMPORT_MODULE, name, params, results, fn, abi.EIO)

@@ -1,0 +1,69 @@
+"""Host configuration: one value object, read from arguments and the environment.
+
+Field names are the CLI flag names (`--request-timeout` -> request_timeout), so
+`Host(request_timeout=5)` and `spearpy run --request-timeout 5` mean the same.
+Environment variables follow the openai SDK (OPENAI_BASE_URL) and otherwise
+use the SPEARPY_ prefix (SPEARPY_MODEL, SPEARPY_TIMEOUT, ...).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from spearpy.chat.params import LimitPolicy
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "spearpy"
+
+
+class HostConfig(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SPEARPY_", populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+    # Upstream. The key itself is never stored here: only the name of the
+    # variable that holds it, so a config object can be logged or pickled.
+    base_url: str = Field(
+        "https://api.openai.com/v1",
+        validation_alias=AliasChoices("base_url", "OPENAI_BASE_URL", "SPEARPY_BASE_URL"),
+    )
+    api_key_env: str = "OPENAI_API_KEY"
+    model: str | None = None
+    backend: str | None = None  # "scripted:FILE" / "replay:FILE"; None = the OpenAI-compatible one
+    # openai-python uses 600 s; agents wait on tools too, so fail a stuck upstream sooner.
+    request_timeout: float = Field(120.0, gt=0)
+    # openai-python retries twice by default.
+    max_retries: int = Field(2, ge=0, le=10)
+
+    # Tool loop: per-send defaults, and caps no guest param can pass. The
+    # absolute caps (128 / 10000 / 1 MiB) come from spear-abi.md.
+    max_iterations: int = Field(8, ge=1, le=128)
+    max_tool_calls: int = Field(32, ge=0, le=10000)
+    max_tool_output_bytes: int = Field(65536, ge=1, le=1 << 20)
+    max_iterations_cap: int = Field(128, ge=1, le=128)
+    max_tool_calls_cap: int = Field(10000, ge=0, le=10000)
+    max_tool_output_bytes_cap: int = Field(1 << 20, ge=1, le=1 << 20)
+
+    # Guest limits.
+    timeout: float | None = Field(None, gt=0)  # wall clock for the whole run, seconds
+    tool_timeout: float | None = Field(None, gt=0)  # per tool call, seconds
+    fuel: int | None = Field(None, gt=0)
+    max_memory: int | None = Field(None, gt=0)  # bytes of linear memory per run
+    max_open_fds: int = Field(1024, ge=1, le=1 << 20)
+    max_log_bytes: int = Field(8 << 20, ge=0)  # guest `log` bytes per run
+
+    cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
+
+    def limit_policy(self) -> LimitPolicy:
+        return LimitPolicy(
+            default_max_iterations=self.max_iterations,
+            cap_max_iterations=self.max_iterations_cap,
+            default_max_total_tool_calls=self.max_tool_calls,
+            cap_max_total_tool_calls=self.max_tool_calls_cap,
+            default_max_tool_output_bytes=self.max_tool_output_bytes,
+            cap_max_tool_output_bytes=self.max_tool_output_bytes_cap,
+        )

@@ -1,0 +1,253 @@
+"""Host: one wasmtime Engine, a compiled-module cache and the upstream backends.
+
+Thread-safe: a Host is configured once and shared; every `run` gets its own
+Store on the calling thread. The Engine, the Linker (with its InstancePre per
+module) and the HTTP client are shared by all runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import wasmtime
+
+from spearpy import abi
+from spearpy.backends.factory import build_backend
+from spearpy.config import HostConfig
+from spearpy.errors import ModuleLoadError
+from spearpy.hostcalls import HOSTCALLS, define_spear_imports
+from spearpy.instance import GuestRun, RunOptions
+from spearpy.observe.events import Event, EventSink
+from spearpy.outcome import RunResult
+
+if TYPE_CHECKING:
+    from spearpy.backends.base import Backend
+    from spearpy.chat.session import ChatSession
+
+# Epoch ticks drive deadline and cancel checks inside running wasm: 10 ms
+# bounds how late a deadline fires while costing ~100 wakeups a second.
+EPOCH_TICK_S = 0.01
+_WASI_MODULES = frozenset({"wasi_snapshot_preview1"})
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModule:
+    """A compiled module, ready to instantiate in any number of stores."""
+
+    name: str
+    sha256: str
+    module: wasmtime.Module
+    pre: wasmtime.InstancePre
+    from_disk_cache: bool = False
+
+
+class _EpochTicker:
+    def __init__(self, engine: wasmtime.Engine) -> None:
+        self._engine = engine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="spearpy-epoch", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(EPOCH_TICK_S):
+            self._engine.increment_epoch()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _engine_config() -> wasmtime.Config:
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    config.consume_fuel = True
+    return config
+
+
+class Host:
+    def __init__(self, config: HostConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = HostConfig(**overrides)
+        elif overrides:
+            config = config.model_copy(update=overrides)
+        self.config = config
+        self.limit_policy = config.limit_policy()
+        self.engine = wasmtime.Engine(_engine_config())
+        self._linker = wasmtime.Linker(self.engine)
+        self._linker.define_wasi()
+        define_spear_imports(self._linker)
+        self._modules: dict[str, LoadedModule] = {}
+        self._lock = threading.Lock()
+        self._backend_lock = threading.Lock()
+        self._backends: dict[str, Backend] = {}
+        self._ticker = _EpochTicker(self.engine)
+        self._closed = False
+
+    # ---- modules -----------------------------------------------------------
+
+    def load(self, module: str | os.PathLike[str] | bytes | LoadedModule,
+             name: str | None = None) -> LoadedModule:
+        if isinstance(module, LoadedModule):
+            return module
+        if isinstance(module, bytes):
+            wasm, label = module, name or "module.wasm"
+        else:
+            path = Path(module)
+            try:
+                wasm = path.read_bytes()
+            except OSError as exc:
+                raise ModuleLoadError(f"cannot read {path}: {exc.strerror}") from exc
+            label = name or path.name
+        digest = hashlib.sha256(wasm).hexdigest()
+        with self._lock:
+            cached = self._modules.get(digest)
+        if cached is not None:
+            return cached if cached.name == label else LoadedModule(
+                label, digest, cached.module, cached.pre, cached.from_disk_cache)
+        compiled, from_disk = self._compile(wasm, digest)
+        _check_imports(compiled)
+        try:
+            pre = self._linker.instantiate_pre(compiled)
+        except wasmtime.WasmtimeError as exc:
+            raise ModuleLoadError(_first_line(exc)) from exc
+        loaded = LoadedModule(label, digest, compiled, pre, from_disk)
+        with self._lock:
+            self._modules.setdefault(digest, loaded)
+        return loaded
+
+    def _cache_path(self, digest: str) -> Path | None:
+        if self.config.cache_dir is None:
+            return None
+        return self.config.cache_dir / "modules" / f"{digest}-wasmtime{wasmtime.__version__}.cwasm"
+
+    def _compile(self, wasm: bytes, digest: str) -> tuple[wasmtime.Module, bool]:
+        path = self._cache_path(digest)
+        if path is not None and path.is_file():
+            try:
+                return wasmtime.Module.deserialize_file(self.engine, str(path)), True
+            except wasmtime.WasmtimeError:
+                pass  # stale or foreign artifact: recompile and overwrite
+        try:
+            compiled = wasmtime.Module(self.engine, wasm)
+        except wasmtime.WasmtimeError as exc:
+            raise ModuleLoadError(f"not a valid wasm module: {_first_line(exc)}") from exc
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_bytes(compiled.serialize())
+                os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+            except OSError:
+                pass  # the cache is an optimisation; a read-only home must not fail runs
+        return compiled, False
+
+    # ---- backends ----------------------------------------------------------
+
+    def backend_for(self, name: object) -> tuple[Backend | None, str | None]:
+        """The backend a session asked for (None = the default), or an error text."""
+        key = name if isinstance(name, str) and name else ""
+        with self._backend_lock:
+            backend = self._backends.get(key)
+            if backend is None:
+                if key:
+                    known = ", ".join(sorted(k for k in self._backends if k)) or "none"
+                    return None, (f"unknown backend {key!r}; configured backends: {known}")
+                backend = build_backend(self.config)
+                self._backends[key] = backend
+        return backend, None
+
+    # ---- runs --------------------------------------------------------------
+
+    def run(
+        self,
+        module: str | os.PathLike[str] | bytes | LoadedModule,
+        argv: list[str] | tuple[str, ...] = (),
+        *,
+        env: dict[str, str] | None = None,
+        inherit_env: bool = False,
+        stdin: bytes | str | None = None,
+        dirs: list[tuple[str, str]] | None = None,
+        invoke: str | None = None,
+        capture_output: bool = True,
+        on_event: EventSink | None = None,
+        collect_events: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        if self._closed:
+            raise RuntimeError("this Host is closed")
+        loaded = self.load(module)
+        collected: list[Event] = []
+        sinks: list[EventSink] = []
+        if on_event is not None:
+            sinks.append(on_event)
+        if collect_events:
+            sinks.append(collected.append)
+        options = RunOptions(
+            argv=list(argv), env=dict(env) if env else None, inherit_env=inherit_env,
+            stdin=stdin.encode() if isinstance(stdin, str) else stdin, dirs=list(dirs or []),
+            invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
+        )
+        result = GuestRun(self, loaded, options).execute()
+        if collect_events:
+            return _with_events(result, collected)
+        return result
+
+    async def run_async(self, module: str | os.PathLike[str] | bytes | LoadedModule,
+                        argv: list[str] | tuple[str, ...] = (), **kwargs: Any) -> RunResult:
+        """`run` on a worker thread, so the event loop keeps serving while a
+        guest waits on its model."""
+        return await asyncio.to_thread(self.run, module, argv, **kwargs)
+
+    def transcript_of(self, run: GuestRun, session: ChatSession) -> dict[str, Any]:
+        return {
+            "run_id": run.run_id,
+            "session_fd": session.fd,
+            "closed_at": time.time(),
+            "params": {k: v for k, v in session.params.items()},
+            "tools": session.registry.specs() or [],
+            "messages": list(session.messages),
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._ticker.stop()
+        with self._backend_lock:
+            for backend in self._backends.values():
+                backend.close()
+            self._backends.clear()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _with_events(result: RunResult, events: list[Event]) -> RunResult:
+    from dataclasses import replace
+
+    return replace(result, events=events)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_imports(module: wasmtime.Module) -> None:
+    """Name the import a module needs and spearpy lacks, before wasmtime's
+    less direct link error."""
+    for item in module.imports:
+        if item.module == abi.IMPORT_MODULE and item.name not in HOSTCALLS:
+            raise ModuleLoadError(
+                f"the module imports spear.{item.name}, which spearpy does not provide")
+        if item.module not in _WASI_MODULES and item.module != abi.IMPORT_MODULE:
+            raise ModuleLoadError(
+                f"the module imports {item.module}.{item.name}; spearpy provides only the "
+                "`spear` module and WASI preview 1")

@@ -1,0 +1,131 @@
+"""The cchat_* hostcalls: guest memory in, ChatSession calls out."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from spearpy import abi
+from spearpy.chat.registry import RegistryError, parse_tool_schema
+from spearpy.chat.session import ChatSession
+from spearpy.fdtable import ChatResponse, FdKind
+from spearpy.hostcalls.send import run_send
+from spearpy.memory import GuestFault
+
+if TYPE_CHECKING:
+    from spearpy.instance import GuestRun
+
+
+def _session(run: GuestRun, fd: int) -> ChatSession | None:
+    session: ChatSession | None = run.fds.get(fd, FdKind.CHAT_SESSION)
+    return session
+
+
+def cchat_create(run: GuestRun) -> int:
+    fd = run.fds.open(FdKind.CHAT_SESSION, None)
+    if fd >= 0:
+        entry = run.fds.entry(fd)
+        assert entry is not None
+        entry.obj = ChatSession(fd)
+    return fd
+
+
+def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, content_ptr: int,
+                    content_len: int) -> int:
+    session = _session(run, fd)
+    if session is None:
+        return abi.EBADF
+    try:
+        role = run.memory.read(role_ptr, role_len)
+        content = run.memory.read(content_ptr, content_len)
+    except GuestFault:
+        return abi.EFAULT
+    try:
+        return session.write_message(role.decode("utf-8"), content.decode("utf-8"))
+    except UnicodeDecodeError:
+        return abi.EINVAL
+
+
+def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_len: int) -> int:
+    session = _session(run, fd)
+    if session is None:
+        return abi.EBADF
+    try:
+        raw = run.memory.read(json_ptr, json_len)
+    except GuestFault:
+        return abi.EFAULT
+    try:
+        name, spec = parse_tool_schema(raw)
+        if name in session.registry:
+            return abi.EEXIST
+        if run.tool_function(fn_offset) is None:
+            return abi.EINVAL
+        session.registry.add(name, fn_offset, spec)
+    except RegistryError as exc:
+        return exc.errno
+    return 0
+
+
+def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+    entry = run.fds.entry(fd)
+    if entry is None or entry.kind is FdKind.EPOLL:
+        return abi.EBADF
+    try:
+        if cmd == abi.CTL_SET_PARAM:
+            if entry.kind is not FdKind.CHAT_SESSION:
+                return abi.EBADF
+            raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
+            try:
+                request = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                return abi.EIO
+            if not isinstance(request, dict) or not isinstance(request.get("key"), str) \
+                    or "value" not in request:
+                return abi.EINVAL
+            return entry.obj.set_param(request["key"], request["value"])  # type: ignore[no-any-return]
+        if cmd == abi.CTL_GET_METRICS:
+            metrics = (entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE
+                       else entry.obj.last_metrics)
+            payload = json.dumps(metrics, separators=(",", ":")).encode()
+            return run.memory.write_out(arg_ptr, arg_len_ptr, payload)
+    except GuestFault:
+        return abi.EFAULT
+    return abi.EINVAL
+
+
+def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
+    session = _session(run, fd)
+    if session is None:
+        return abi.EBADF
+    # Refuse before going upstream: a reply nobody can read would be lost.
+    reserved = run.fds.open(FdKind.CHAT_RESPONSE, None)
+    if reserved < 0:
+        return reserved
+    response: ChatResponse = run_send(run, session, flags)
+    entry = run.fds.entry(reserved)
+    assert entry is not None
+    entry.obj = response
+    # A deadline or cancel that ended the send ends the run too; the body is
+    # already stored, so nothing the guest could still read is lost.
+    run.check_interrupt()
+    return reserved
+
+
+def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) -> int:
+    response: ChatResponse | None = run.fds.get(response_fd, FdKind.CHAT_RESPONSE)
+    if response is None:
+        return abi.EBADF
+    try:
+        return run.memory.write_out(out_ptr, out_len_ptr, response.body)
+    except GuestFault:
+        return abi.EFAULT
+
+
+def cchat_close(run: GuestRun, fd: int) -> int:
+    entry = run.fds.entry(fd)
+    if entry is not None and entry.kind is FdKind.CHAT_SESSION:
+        run.session_closed(entry.obj)
+        return run.fds.close(fd)
+    if entry is not None and entry.kind is FdKind.EPOLL:
+        return abi.EBADF
+    return run.fds.close(fd)

@@ -1,0 +1,141 @@
+"""Drives a ToolLoop for one cchat_send: backends for Complete, guest calls for
+CallTool, events around both. All policy lives in the loop; all I/O lives here."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from spearpy import abi
+from spearpy.backends.base import CompletionRequest
+from spearpy.chat.loop import ToolLoop
+from spearpy.chat.params import forwarded_params, resolve_limits
+from spearpy.chat.protocol import (
+    CallTool,
+    Complete,
+    Done,
+    Failed,
+    LimitHit,
+    LoopNote,
+    ToolSkipped,
+)
+from spearpy.fdtable import ChatResponse
+from spearpy.guestcall import call_tool
+from spearpy.observe import events as ev
+
+if TYPE_CHECKING:
+    from spearpy.chat.session import ChatSession
+    from spearpy.instance import GuestRun
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _arena(params: dict[str, Any]) -> tuple[int, int] | None:
+    ptr, length = params.get("tool_arena_ptr"), params.get("tool_arena_len")
+    if isinstance(ptr, int) and isinstance(length, int) and length > 0:
+        return ptr, length
+    return None
+
+
+def _error_response(backend: str, model: str, code: str, message: str) -> ChatResponse:
+    body = {"error": {"code": code, "message": message},
+            "_spear": {"backend": backend, "model": model, "iterations": 0, "tool_calls": 0,
+                       "usage": {"prompt_tokens": 0, "completion_tokens": 0,
+                                 "total_tokens": 0}, "elapsed_ms": 0.0}}
+    return ChatResponse(_dump(body), {}, True)
+
+
+def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote]) -> None:
+    for note in notes:
+        if isinstance(note, LimitHit):
+            run.events.emit(ev.LIMIT_HIT, fd, limit=note.limit, value=note.value)
+        elif isinstance(note, ToolSkipped):
+            # A call answered without running the guest still gets its pair of
+            # events, so tool_start/tool_end always match 1:1.
+            run.events.emit(ev.TOOL_START, fd, tool_call_id=note.call.id, name=note.call.name,
+                            args_bytes=len(note.call.arguments.encode()), cached=note.code ==
+                            "cache_hit")
+            run.events.emit(ev.TOOL_END, fd, tool_call_id=note.call.id, name=note.call.name,
+                            rc=None, duration_ms=0.0, output_bytes=0,
+                            error=None if note.code == "cache_hit" else note.code,
+                            cached=note.code == "cache_hit")
+
+
+def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
+    params = session.params
+    auto = bool(flags & abi.SEND_AUTO_TOOL_CALL)
+    backend, error = run.host.backend_for(params.get("backend"))
+    model = params.get("model") if isinstance(params.get("model"), str) else None
+    model = model or (backend.default_model if backend is not None else "") or ""
+    fd = session.fd
+    run.events.emit(ev.SEND_START, fd, auto=auto, model=model,
+                    backend=backend.name if backend else None)
+    if backend is None or not model:
+        response = _error_response(
+            backend.name if backend else str(params.get("backend")), model,
+            "bad_backend" if backend is None else "no_model",
+            error or "no model: set the session's `model` param, or start spearpy with "
+                     "--model / SPEARPY_MODEL")
+        run.events.emit(ev.SEND_END, fd, outcome="error", error="no_model")
+        return response
+    limits = resolve_limits(params, run.host.limit_policy)
+    loop = ToolLoop(session, limits, auto=auto, backend=backend.name, model=model,
+                    metrics_enabled=bool(flags & abi.SEND_ENABLE_METRICS))
+    timeout_ms = params.get("timeout_ms")
+    timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
+    forwarded = forwarded_params(params)
+    arena = _arena(params)
+    while True:
+        action = loop.next_action()
+        _emit_notes(run, fd, loop.drain_notes())
+        if isinstance(action, (Done, Failed)):
+            break
+        reason = run.run_interrupt()
+        if reason is not None:
+            action = loop.interrupt(reason[0], reason[1])
+            _emit_notes(run, fd, loop.drain_notes())
+            break
+        if isinstance(action, Complete):
+            run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
+                            messages=len(action.messages))
+            result = backend.complete(CompletionRequest(
+                model=model, messages=action.messages, tools=action.tools, params=forwarded,
+                timeout_s=timeout_s, deadline=run.deadline))
+            usage = (result.body or {}).get("usage") if result.body else None
+            run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
+                            latency_ms=round(result.latency_ms, 3),
+                            usage=usage if isinstance(usage, dict) else None,
+                            error=result.error.code if result.error else None,
+                            status=result.error.status if result.error else None,
+                            tool_calls=_count_tool_calls(result.body))
+            loop.on_completion(result)
+        elif isinstance(action, CallTool):
+            call = action.call
+            run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
+                            args_bytes=len(action.arguments.encode()), cached=False)
+            outcome = call_tool(run, action.fn_offset, action.arguments,
+                                limits.max_tool_output_bytes, arena)
+            run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name, rc=outcome.rc,
+                            duration_ms=round(outcome.duration_ms, 3),
+                            output_bytes=len(outcome.output.encode()),
+                            error=outcome.error_code, cached=False)
+            loop.on_tool_result(call.id, outcome)
+    stats = loop.stats
+    for key, value in stats.usage.as_dict().items():
+        run.usage[key] += value
+    is_error = isinstance(action, Failed)
+    code = action.body.get("error", {}).get("code") if is_error else None
+    run.events.emit(ev.SEND_END, fd, outcome="error" if is_error else "ok", error=code,
+                    iterations=stats.iterations, tool_calls=stats.tool_calls,
+                    usage=stats.usage.as_dict())
+    return ChatResponse(_dump(action.body), dict(session.last_metrics), is_error)
+
+
+def _count_tool_calls(body: dict[str, Any] | None) -> int:
+    try:
+        calls = body["choices"][0]["message"].get("tool_calls") if body else None
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return 0
+    return len(calls) if isinstance(calls, list) else 0

@@ -1,0 +1,49 @@
+"""log, clocks, randomness and sleep."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+from spearpy import abi
+from spearpy._native import HostInterrupt
+from spearpy.memory import GuestFault
+
+if TYPE_CHECKING:
+    from spearpy.instance import GuestRun
+
+
+def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
+    if length < 0 or length > abi.MAX_LOG_LEN:
+        return abi.EINVAL
+    try:
+        raw = run.memory.read(ptr, length)
+    except GuestFault:
+        return abi.EFAULT
+    run.log_bytes += length
+    if run.log_bytes > run.config.max_log_bytes:
+        raise HostInterrupt("log_limit", f"the guest logged more than {run.config.max_log_bytes} "
+                            "bytes (max_log_bytes)")
+    name = abi.LOG_LEVELS.get(level, "info")
+    text = raw.decode("utf-8", "replace").replace("\r", "\\r")
+    lines = text.split("\n") if text else [""]
+    # One prefixed line per guest line so a guest cannot forge host log lines.
+    run.write_stderr("".join(f"[{name}] {line}\n" for line in lines))
+    return 0
+
+
+def time_now_ms(_run: GuestRun) -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wall_time_s(_run: GuestRun) -> int:
+    return time.time_ns() // 1_000_000_000
+
+
+def random_i64(_run: GuestRun) -> int:
+    return secrets.randbits(64) - (1 << 63)
+
+
+def sleep_ms(run: GuestRun, ms: int) -> None:
+    run.wait(max(ms, 0) / 1000.0)

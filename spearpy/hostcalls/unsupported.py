@@ -1,0 +1,25 @@
+"""Hostcalls SPEAR has and spearpy does not: linked so such modules instantiate,
+answering -38 ENOSYS. Signatures follow SPEAR's spear.h."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# name -> number of i32 params (all return i32)
+UNSUPPORTED: Final[dict[str, int]] = {
+    "rtasr_create": 0,
+    "rtasr_ctl": 4,
+    "rtasr_write": 3,
+    "rtasr_read": 3,
+    "rtasr_close": 1,
+    "mic_create": 0,
+    "mic_ctl": 4,
+    "mic_read": 3,
+    "mic_close": 1,
+    "user_stream_open": 2,
+    "user_stream_read": 3,
+    "user_stream_write": 3,
+    "user_stream_close": 1,
+    "user_stream_ctl_open": 0,
+    "user_stream_ctl_read": 3,
+}

@@ -1,0 +1,291 @@
+"""One guest run: its Store, WASI context, fd table, deadlines and outcome."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import wasmtime
+
+from spearpy import _native
+from spearpy.fdtable import FdKind, FdTable
+from spearpy.memory import GuestMemory
+from spearpy.observe.events import RUN_END, RUN_START, EventBus, EventSink
+from spearpy.outcome import RunResult, exit_code_for
+
+if TYPE_CHECKING:
+    from spearpy.chat.session import ChatSession
+    from spearpy.host import Host, LoadedModule
+
+_log = structlog.get_logger("spearpy")
+_TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
+# Captured guest output is kept in memory; a guest printing forever must not
+# take the host down with it.
+MAX_CAPTURE_BYTES = 64 << 20
+_UNLIMITED_FUEL = (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class RunOptions:
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    inherit_env: bool = False
+    stdin: bytes | None = None
+    dirs: list[tuple[str, str]] = field(default_factory=list)  # (host path, guest path)
+    invoke: str | None = None
+    capture_output: bool = False
+    sinks: list[EventSink] = field(default_factory=list)
+    cancel: threading.Event | None = None
+
+
+class _Capture:
+    def __init__(self, echo: Any | None) -> None:
+        self.data = bytearray()
+        self.truncated = False
+        self._echo = echo
+
+    def write(self, chunk: bytes) -> int:
+        room = MAX_CAPTURE_BYTES - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        if len(chunk) > room:
+            self.truncated = True
+        return len(chunk)
+
+
+class GuestRun:
+    """Everything one execution of a guest module owns. Used by one thread at a time."""
+
+    def __init__(self, host: Host, module: LoadedModule, options: RunOptions) -> None:
+        self.host = host
+        self.config = host.config
+        self.module = module
+        self.options = options
+        self.run_id = uuid.uuid4().hex[:12]
+        self.fds = FdTable(self.config.max_open_fds)
+        self.events = EventBus(self.run_id, options.sinks)
+        self.cancel_event = options.cancel or threading.Event()
+        self.started = time.monotonic()
+        self.deadline = self.started + self.config.timeout if self.config.timeout else None
+        self.tool_deadline: float | None = None
+        self.interrupt: tuple[str, str] | None = None
+        self._tool_timeout: str | None = None
+        self.log_bytes = 0
+        self.transcripts: list[dict[str, Any]] = []
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        self._tool_funcs: dict[int, _native.RawFunc | None] = {}
+        self.stdout = _Capture(None) if options.capture_output else None
+        self.stderr = _Capture(None) if options.capture_output else None
+        self.store = wasmtime.Store(host.engine)
+        self.memory = GuestMemory(self.store, None)
+        self.allocator: tuple[_native.RawFunc, _native.RawFunc] | None = None
+        self._table: wasmtime.Table | None = None
+
+    # ---- interruption ----------------------------------------------------
+
+    def interrupt_reason(self) -> tuple[str, str] | None:
+        if self.interrupt is not None:
+            return self.interrupt
+        if self.cancel_event.is_set():
+            return ("cancelled", "the run was cancelled")
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return ("timeout", f"the run exceeded its {self.config.timeout:g} s deadline")
+        if self.tool_deadline is not None and now >= self.tool_deadline:
+            return ("tool_timeout",
+                    f"the tool exceeded its {self.config.tool_timeout:g} s deadline")
+        return None
+
+    def run_interrupt(self) -> tuple[str, str] | None:
+        """Like interrupt_reason, but only reasons that end the whole run."""
+        reason = self.interrupt_reason()
+        return None if reason is None or reason[0] == "tool_timeout" else reason
+
+    def note_interrupt(self, outcome: str, message: str) -> None:
+        if outcome == "tool_timeout":
+            self._tool_timeout = message
+        elif self.interrupt is None:
+            self.interrupt = (outcome, message)
+
+    def take_tool_timeout(self) -> str | None:
+        reason, self._tool_timeout = self._tool_timeout, None
+        return reason
+
+    def check_interrupt(self) -> None:
+        reason = self.run_interrupt()
+        if reason is not None:
+            raise _native.HostInterrupt(*reason)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep for the guest, never past the deadline, waking at once on cancel."""
+        end = time.monotonic() + max(0.0, seconds)
+        if self.deadline is not None and end > self.deadline:
+            end = self.deadline
+        while True:
+            self.check_interrupt()
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                break
+            self.cancel_event.wait(min(remaining, 0.25))
+        self.check_interrupt()
+
+    def note_host_bug(self, where: str, exc: BaseException) -> None:
+        _log.error("hostcall failed inside the host; the guest got EIO", hostcall=where,
+                   run_id=self.run_id, error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+
+    # ---- guest output ----------------------------------------------------
+
+    def write_stderr(self, text: str) -> None:
+        if self.stderr is not None:
+            self.stderr.write(text.encode())
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    # ---- tools -----------------------------------------------------------
+
+    def tool_function(self, index: int) -> _native.RawFunc | None:
+        if index in self._tool_funcs:
+            return self._tool_funcs[index]
+        func = None
+        if self._table is not None and 0 <= index < self._table.size(self.store):
+            try:
+                item = self._table.get(self.store, index)
+            except wasmtime.WasmtimeError:
+                item = None
+            if isinstance(item, wasmtime.Func):
+                ty = item.type(self.store)
+                if ([str(p) for p in ty.params], [str(r) for r in ty.results]) == (
+                    [str(p) for p in _TOOL_SIGNATURE[0]], [str(r) for r in _TOOL_SIGNATURE[1]]
+                ):
+                    func = _native.RawFunc(self.store, item, 4, 1)
+        self._tool_funcs[index] = func
+        return func
+
+    def call_guest_tool(self, func: _native.RawFunc, *args: int) -> int:
+        if self.config.tool_timeout is not None:
+            self.tool_deadline = time.monotonic() + self.config.tool_timeout
+        try:
+            return func.call_i32(*args)
+        finally:
+            self.tool_deadline = None
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def _wasi(self, stdin_dir: Path) -> wasmtime.WasiConfig:
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = [self.module.name, *self.options.argv]
+        if self.options.inherit_env:
+            wasi.inherit_env()
+        if self.options.env:
+            wasi.env = list(self.options.env.items())
+        if self.options.stdin is not None:
+            path = stdin_dir / "stdin"
+            path.write_bytes(self.options.stdin)
+            wasi.stdin_file(str(path))
+        if self.stdout is not None and self.stderr is not None:
+            wasi.stdout_custom = self.stdout.write
+            wasi.stderr_custom = self.stderr.write
+        else:
+            wasi.inherit_stdout()
+            wasi.inherit_stderr()
+        for host_path, guest_path in self.options.dirs:
+            wasi.preopen_dir(host_path, guest_path)
+        return wasi
+
+    def _bind_exports(self, instance: wasmtime.Instance) -> None:
+        exports = instance.exports(self.store)
+        memory = exports.get("memory")
+        if isinstance(memory, wasmtime.Memory):
+            self.memory = GuestMemory(self.store, memory)
+        for name in ("__indirect_function_table", "table"):
+            table = exports.get(name)
+            if isinstance(table, wasmtime.Table):
+                self._table = table
+                break
+        else:
+            self._table = next((e for e in exports if isinstance(e, wasmtime.Table)), None)
+        alloc, free = exports.get("spear_alloc"), exports.get("spear_free")
+        if isinstance(alloc, wasmtime.Func) and isinstance(free, wasmtime.Func):
+            self.allocator = (_native.RawFunc(self.store, alloc, 1, 1),
+                              _native.RawFunc(self.store, free, 2, 0))
+
+    def execute(self) -> RunResult:
+        config = self.config
+        if config.max_memory is not None:
+            self.store.set_limits(memory_size=config.max_memory)
+        self.store.set_fuel(config.fuel if config.fuel is not None else _UNLIMITED_FUEL)
+        _native.watch_epochs(self.store)
+        self.events.emit(RUN_START, module=self.module.name, sha256=self.module.sha256)
+        previous = _native.enter_run(self)
+        outcome, message, exit_code = "exited", "", 0
+        try:
+            with tempfile.TemporaryDirectory(prefix="spearpy-") as scratch:
+                self.store.set_wasi(self._wasi(Path(scratch)))
+                instance = self.module.pre.instantiate(self.store)
+                self._bind_exports(instance)
+                entry_name = self.options.invoke or "_start"
+                entry = instance.exports(self.store).get(entry_name)
+                if not isinstance(entry, wasmtime.Func):
+                    return self._finish("load_error",
+                                        f"the module exports no function named {entry_name!r}", 0)
+                returned = entry(self.store)
+                if self.options.invoke and isinstance(returned, int):
+                    exit_code = returned & 0xFF
+        except wasmtime.ExitTrap as exc:
+            exit_code = exc.code
+        except wasmtime.Trap as exc:
+            outcome, message = self._classify_trap(exc.trap_code, exc.message)
+        except wasmtime.WasmtimeError as exc:
+            text = str(exc)
+            if self.interrupt is not None:
+                outcome, message = self.interrupt
+            elif "out of fuel" in text or "all fuel consumed" in text:
+                outcome, message = "fuel_exhausted", "the run used up its fuel budget"
+            else:
+                outcome, message = "load_error", text.strip().splitlines()[0] if text else "error"
+        finally:
+            _native.enter_run(previous)
+        return self._finish(outcome, message, exit_code)
+
+    def _classify_trap(self, code: wasmtime.TrapCode | None, text: str) -> tuple[str, str]:
+        if self.interrupt is not None:
+            return self.interrupt
+        if code == wasmtime.TrapCode.OUT_OF_FUEL:
+            return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
+        first = text.strip().splitlines()[0] if text.strip() else "trap"
+        if code == wasmtime.TrapCode.STACK_OVERFLOW:
+            return "trap", "wasm trap: call stack exhausted"
+        if (self.config.max_memory is not None and self.memory.available
+                and self.memory.size() + 65536 > self.config.max_memory):
+            return "memory_limit", (f"the guest trapped ({first}) after reaching the memory "
+                                    f"limit of {self.config.max_memory} bytes")
+        return "trap", first
+
+    def _finish(self, outcome: str, message: str, exit_code: int) -> RunResult:
+        self.close_all_sessions()
+        code = exit_code if outcome == "exited" else exit_code_for(outcome)
+        elapsed = (time.monotonic() - self.started) * 1000.0
+        self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
+        return RunResult(
+            run_id=self.run_id, exit_code=code, outcome=outcome, message=message,
+            stdout=bytes(self.stdout.data) if self.stdout is not None else None,
+            stderr=bytes(self.stderr.data) if self.stderr is not None else None,
+            usage=dict(self.usage), transcripts=list(self.transcripts), elapsed_ms=elapsed,
+        )
+
+    def session_closed(self, session: ChatSession) -> None:
+        self.transcripts.append(self.host.transcript_of(self, session))
+
+    def close_all_sessions(self) -> None:
+        for fd, entry in self.fds.entries():
+            if entry.kind is FdKind.CHAT_SESSION:
+                self.session_closed(entry.obj)
+                self.fds.close(fd)
