@@ -61,9 +61,9 @@ class HostConfig(BaseSettings):
     def limit_policy(self) -> LimitPolicy:
         return LimitPolicy(
             default_max_iterations=self.max_iterations,
-            cap_max_iterations=self.max_iterations_cap,
+            max_iterations_cap=self.max_iterations_cap,
             default_max_total_tool_calls=self.max_tool_calls,
-            cap_max_total_tool_calls=self.max_tool_calls_cap,
+            max_total_tool_calls_cap=self.max_tool_calls_cap,
             default_max_tool_output_bytes=self.max_tool_output_bytes,
-            cap_max_tool_output_bytes=self.max_tool_output_bytes_cap,
+            max_tool_output_bytes_cap=self.max_tool_output_bytes_cap,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import os
 import threading
 import time
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 # bounds how late a deadline fires while costing ~100 wakeups a second.
 EPOCH_TICK_S = 0.01
 _WASI_MODULES = frozenset({"wasi_snapshot_preview1"})
+# Compiled artifacts are only valid for the wasmtime that made them.
+_WASMTIME_VERSION = f"wasmtime{importlib.metadata.version('wasmtime')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class Host:
     def _cache_path(self, digest: str) -> Path | None:
         if self.config.cache_dir is None:
             return None
-        return self.config.cache_dir / "modules" / f"{digest}-wasmtime{wasmtime.__version__}.cwasm"
+        return self.config.cache_dir / "modules" / f"{digest}-{_WASMTIME_VERSION}.cwasm"
 
     def _compile(self, wasm: bytes, digest: str) -> tuple[wasmtime.Module, bool]:
         path = self._cache_path(digest)

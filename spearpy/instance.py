@@ -217,20 +217,25 @@ class GuestRun:
             self.allocator = (_native.RawFunc(self.store, alloc, 1, 1),
                               _native.RawFunc(self.store, free, 2, 0))
 
-    def execute(self) -> RunResult:
+    def instantiate(self, scratch: Path) -> wasmtime.Instance:
         config = self.config
         if config.max_memory is not None:
             self.store.set_limits(memory_size=config.max_memory)
         self.store.set_fuel(config.fuel if config.fuel is not None else _UNLIMITED_FUEL)
         _native.watch_epochs(self.store)
+        self.store.set_wasi(self._wasi(scratch))
+        instance = self.module.pre.instantiate(self.store)
+        self._bind_exports(instance)
+        return instance
+
+    def execute(self) -> RunResult:
+        """Instantiate, call the entry export, and report how the run ended."""
         self.events.emit(RUN_START, module=self.module.name, sha256=self.module.sha256)
         previous = _native.enter_run(self)
         outcome, message, exit_code = "exited", "", 0
         try:
             with tempfile.TemporaryDirectory(prefix="spearpy-") as scratch:
-                self.store.set_wasi(self._wasi(Path(scratch)))
-                instance = self.module.pre.instantiate(self.store)
-                self._bind_exports(instance)
+                instance = self.instantiate(Path(scratch))
                 entry_name = self.options.invoke or "_start"
                 entry = instance.exports(self.store).get(entry_name)
                 if not isinstance(entry, wasmtime.Func):
@@ -244,16 +249,17 @@ class GuestRun:
         except wasmtime.Trap as exc:
             outcome, message = self._classify_trap(exc.trap_code, exc.message)
         except wasmtime.WasmtimeError as exc:
-            text = str(exc)
-            if self.interrupt is not None:
-                outcome, message = self.interrupt
-            elif "out of fuel" in text or "all fuel consumed" in text:
-                outcome, message = "fuel_exhausted", "the run used up its fuel budget"
-            else:
-                outcome, message = "load_error", text.strip().splitlines()[0] if text else "error"
+            outcome, message = self._classify_error(str(exc))
         finally:
             _native.enter_run(previous)
         return self._finish(outcome, message, exit_code)
+
+    def _classify_error(self, text: str) -> tuple[str, str]:
+        if self.interrupt is not None:
+            return self.interrupt
+        if "fuel" in text:
+            return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
+        return "load_error", text.strip().splitlines()[0] if text.strip() else "error"
 
     def _classify_trap(self, code: wasmtime.TrapCode | None, text: str) -> tuple[str, str]:
         if self.interrupt is not None:

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spearpy.host import Host
+from spearpy.testing import Script, ScriptedServer
+from tests.probe import Probe, wat_module
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    """A factory: scripted(rules) -> a started ScriptedServer (stopped after the test)."""
+    servers: list[ScriptedServer] = []
+
+    def start(script: Any) -> ScriptedServer:
+        server = ScriptedServer(Script.load(script))
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def make_host() -> Iterator[Any]:
+    hosts: list[Host] = []
+
+    def make(**config: Any) -> Host:
+        config.setdefault("cache_dir", None)
+        config.setdefault("model", "test-model")
+        config.setdefault("max_retries", 0)
+        host = Host(**config)
+        hosts.append(host)
+        return host
+
+    yield make
+    for host in hosts:
+        host.close()
+
+
+@pytest.fixture
+def probe(make_host: Any) -> Iterator[Any]:
+    """probe(host=None, replace=None) -> Probe over tests/wat/probe.wat."""
+    probes: list[Probe] = []
+
+    def make(host: Host | None = None, replace: dict[str, str] | None = None) -> Probe:
+        p = Probe(host or make_host(base_url="http://127.0.0.1:9/v1"),
+                  wat_module("probe.wat", replace))
+        probes.append(p)
+        return p
+
+    yield make
+    for p in probes:
+        p.close()
