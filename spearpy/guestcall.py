@@ -8,6 +8,7 @@ output buffer up to `max_tool_output_bytes`. Everything the tool does wrong
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,7 +42,7 @@ class _Buffers:
     block_size: int = 0
 
 
-class _NoRoom(Exception):  # noqa: N818
+class _NoRoom(Exception):
     pass
 
 
@@ -77,10 +78,9 @@ def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:
 
 def _release(run: GuestRun, buffers: _Buffers) -> None:
     if buffers.block is not None and run.allocator is not None:
-        try:
+        # A trapping free leaks guest memory, nothing of the host's.
+        with contextlib.suppress(GuestCallError):
             run.allocator[1].call_i32(buffers.block, buffers.block_size)
-        except GuestCallError:
-            pass  # a trapping free leaks guest memory, nothing of the host's
 
 
 def _failure(code: str, message: str, started: float, rc: int | None = None) -> ToolOutcome:

@@ -37,15 +37,16 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
     spear_imports, other_imports = [], []
     for item in module.imports:
         signature = _signature(item.type)
+        name = item.name or ""
         if item.module == abi.IMPORT_MODULE:
-            provided = item.name in HOSTCALLS
+            provided = name in HOSTCALLS
             if not provided:
-                problems.append(f"imports spear.{item.name}, which spearpy does not provide")
-            elif signature != _expected_signature(item.name):
-                problems.append(f"spear.{item.name} is imported as {signature}, spearpy "
-                                f"provides {_expected_signature(item.name)}")
-            spear_imports.append({"name": item.name, "signature": signature,
-                                  "provided": provided, "enosys": item.name in UNSUPPORTED})
+                problems.append(f"imports spear.{name}, which spearpy does not provide")
+            elif signature != _expected_signature(name):
+                problems.append(f"spear.{name} is imported as {signature}, spearpy "
+                                f"provides {_expected_signature(name)}")
+            spear_imports.append({"name": name, "signature": signature,
+                                  "provided": provided, "enosys": name in UNSUPPORTED})
         else:
             if item.module != _WASI:
                 problems.append(f"imports {item.module}.{item.name}; only `spear` and WASI "
@@ -54,17 +55,17 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
                                   "signature": signature})
     exports = []
     table_name = None
-    for item in module.exports:
-        ty = item.type
+    for export in module.exports:
+        ty = export.type
         kind = ("func" if isinstance(ty, wasmtime.FuncType) else
                 "memory" if isinstance(ty, wasmtime.MemoryType) else
                 "table" if isinstance(ty, wasmtime.TableType) else
                 "global" if isinstance(ty, wasmtime.GlobalType) else "other")
-        exports.append({"name": item.name, "kind": kind,
+        exports.append({"name": export.name, "kind": kind,
                         "signature": _signature(ty) if kind == "func" else None})
         if kind == "table" and str(ty.element) == "funcref" and (  # type: ignore[union-attr]
-                table_name is None or item.name == "__indirect_function_table"):
-            table_name = item.name
+                table_name is None or export.name == "__indirect_function_table"):
+            table_name = export.name
     names = {e["name"] for e in exports}
     entry_ok = "_start" in names
     return {

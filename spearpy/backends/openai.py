@@ -98,11 +98,12 @@ class OpenAIBackend:
                 delay = min(delay, max(0.0, request.deadline - time.monotonic()))
             return delay
 
-        def out_of_time(_state: tenacity.RetryCallState) -> bool:
-            return request.deadline is not None and time.monotonic() >= request.deadline
+        class _OutOfTime(tenacity.stop.stop_base):
+            def __call__(self, _state: tenacity.RetryCallState) -> bool:
+                return request.deadline is not None and time.monotonic() >= request.deadline
 
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | out_of_time,
+            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(),
             wait=wait,
             retry=tenacity.retry_if_result(lambda a: a.retryable),
             retry_error_callback=lambda state: last[-1],

@@ -54,7 +54,7 @@ def retry_after_seconds(headers: dict[str, str]) -> float | None:
         parsed = email.utils.parsedate_to_datetime(raw) if raw.strip() else None
         if parsed is None:
             return None
-        value = parsed.timestamp() - time.time()
+        value = float(parsed.timestamp()) - time.time()
     return value if 0 <= value <= MAX_RETRY_AFTER else None
 
 
@@ -62,5 +62,5 @@ def backoff_delay(policy: RetryPolicy, retry_number: int, server_hint: float | N
     """Delay before retry number `retry_number` (1-based)."""
     if server_hint is not None:
         return server_hint
-    delay = min(policy.initial_delay * (2 ** (retry_number - 1)), policy.max_delay)
+    delay: float = min(policy.initial_delay * 2.0 ** (retry_number - 1), policy.max_delay)
     return delay * (1 - 0.25 * random.random())

@@ -13,7 +13,7 @@ from spearpy.config import HostConfig
 from spearpy.host import Host
 from spearpy.observe.events import Event
 
-_SAMPLES = Path(__file__).resolve().parent.parent / "wasm-samples"
+_SAMPLES = Path(__file__).resolve().parents[2] / "wasm-samples"
 DEFAULT_SAMPLE = "c_multi_tool"
 
 
@@ -31,8 +31,9 @@ def _show(event: Event) -> None:
         click.echo(f"  [iteration {data['iteration']}] asking the model ...")
     elif event.kind == "completion_end":
         calls = data.get("tool_calls") or 0
+        with_calls = f" with {calls} tool call(s)" if calls else ""
         click.echo(f"  [iteration {data['iteration']}] model answered in "
-                   f"{data['latency_ms']:.1f} ms" + (f" with {calls} tool call(s)" if calls else ""))
+                   f"{data['latency_ms']:.1f} ms{with_calls}")
     elif event.kind == "tool_end":
         state = "ok" if data.get("error") is None else data["error"]
         click.echo(f"    tool {data['name']} ({data['tool_call_id']}): {state} in "

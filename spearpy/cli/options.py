@@ -1,0 +1,49 @@
+"""Host options shared by every command that runs guests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from spearpy.config import HostConfig
+from spearpy.host import Host
+
+# Options shared by every command that runs guests; None = not given, so the
+# environment (OPENAI_BASE_URL, SPEARPY_*) and the defaults apply.
+_HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--base-url", {"help": "OpenAI-compatible base URL [env OPENAI_BASE_URL]"}),
+    ("--api-key-env", {"help": "name of the env var holding the API key [OPENAI_API_KEY]"}),
+    ("--model", {"help": "model used when the guest sets none [env SPEARPY_MODEL]"}),
+    ("--backend", {"help": "`openai` (default) or `scripted:FILE` (built-in offline model)"}),
+    ("--request-timeout", {"type": float, "help": "seconds per upstream request"}),
+    ("--max-retries", {"type": int, "help": "retries of a failed upstream request [2]"}),
+    ("--max-iterations", {"type": int, "help": "default completions per auto send [8]"}),
+    ("--max-tool-calls", {"type": int, "help": "default tool executions per auto send [32]"}),
+    ("--max-tool-output-bytes", {"type": int, "help": "default largest tool output [65536]"}),
+    ("--timeout", {"type": float, "help": "wall-clock deadline of the whole run, seconds"}),
+    ("--tool-timeout", {"type": float, "help": "deadline of one tool call, seconds"}),
+    ("--fuel", {"type": int, "help": "CPU budget in wasmtime fuel units"}),
+    ("--max-memory", {"type": int, "help": "linear memory cap, bytes"}),
+    ("--max-open-fds", {"type": int, "help": "open fds per instance [1024]"}),
+    ("--max-log-bytes", {"type": int, "help": "guest log bytes per run"}),
+]
+
+
+def host_options(func: Any) -> Any:
+    for flag, kwargs in reversed(_HOST_OPTIONS):
+        func = click.option(flag, default=None, **kwargs)(func)
+    return click.option("--no-cache", is_flag=True, help="do not use the on-disk compile cache")(
+        func)
+
+
+def host_from_options(options: dict[str, Any]) -> Host:
+    given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
+    if options.get("no_cache"):
+        given["cache_dir"] = None
+    try:
+        return Host(HostConfig(**given))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+

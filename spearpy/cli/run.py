@@ -1,0 +1,61 @@
+"""`spearpy run`: execute one guest module."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spearpy.cli.options import host_from_options, host_options
+from spearpy.errors import SpearpyError
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected K=V, got {pair!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+def _parse_dirs(specs: tuple[str, ...]) -> list[tuple[str, str]]:
+    dirs = []
+    for spec in specs:
+        host_path, _, guest_path = spec.partition(":")
+        if not Path(host_path).is_dir():
+            raise click.BadParameter(f"{host_path!r} is not a directory", param_hint="--dir")
+        dirs.append((host_path, guest_path or host_path))
+    return dirs
+
+
+@click.command()
+@click.argument("module", type=click.Path(exists=True, dir_okay=False))
+@click.argument("guest_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--env", "env_pairs", multiple=True, help="guest env var K=V (repeatable)")
+@click.option("--env-inherit", is_flag=True, help="give the guest this process's environment")
+@click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
+@click.option("--invoke", default=None, help="call this export instead of _start")
+@host_options
+def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], env_inherit: bool,
+        dir_specs: tuple[str, ...], invoke: str | None, **options: Any) -> None:
+    """Run MODULE; arguments after `--` go to the guest."""
+    env = _parse_env(env_pairs)
+    dirs = _parse_dirs(dir_specs)
+    host = host_from_options(options)
+    try:
+        result = host.run(module, list(guest_args), env=env or None, inherit_env=env_inherit,
+                          dirs=dirs, invoke=invoke, capture_output=False)
+    except SpearpyError as exc:
+        click.echo(f"spearpy: {exc}", err=True)
+        sys.exit(65)
+    finally:
+        host.close()
+    if result.outcome != "exited":
+        click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
+    sys.exit(result.exit_code)
+
+
