@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from wasmtime import _ffi as ffi  # noqa: PLC2701 - the C API is the point of this module
+from wasmtime import _ffi as ffi
 
 if TYPE_CHECKING:
     import wasmtime
@@ -47,7 +47,7 @@ def enter_run(run: GuestRun | None) -> GuestRun | None:
     return previous
 
 
-class HostInterrupt(Exception):  # noqa: N818 - it is a control-flow signal, not an error
+class HostInterrupt(Exception):
     """Raised inside a hostcall to end the guest with a trap (deadline, cancel, limits)."""
 
     def __init__(self, outcome: str, message: str) -> None:
@@ -102,7 +102,7 @@ def _make_callback(
         except HostInterrupt as interrupt:
             run.note_interrupt(interrupt.outcome, interrupt.message)
             return trap_pointer(interrupt.message)
-        except BaseException as exc:  # noqa: BLE001 - a hostcall must never crash the host
+        except BaseException as exc:
             run.note_host_bug(name, exc)
             value = on_error
         if result == I32:
@@ -155,6 +155,18 @@ class GuestCallError(Exception):
         self.exit_code = exit_code
 
 
+def trap_summary(code: Any, message: str) -> str:
+    """One line naming the trap: wasmtime puts the cause after a backtrace."""
+    for line in message.splitlines():
+        line = line.strip()
+        if line.startswith("wasm trap:"):
+            return line
+    if code is not None:
+        return "wasm trap: " + code.name.lower().replace("_", " ")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[-1] if lines else "wasm trap"
+
+
 def _raise_call_failure(error: Any, trap: Any) -> None:
     import wasmtime
 
@@ -162,11 +174,11 @@ def _raise_call_failure(error: Any, trap: Any) -> None:
         err = wasmtime.WasmtimeError._from_ptr(error)
         if isinstance(err, wasmtime.ExitTrap):
             raise GuestCallError(f"exit {err.code}", exit_code=err.code)
-        raise GuestCallError(str(err).splitlines()[0] if str(err) else "guest call failed")
+        raise GuestCallError(trap_summary(None, str(err)))
     trap_obj = wasmtime.Trap._from_ptr(trap)
     code = trap_obj.trap_code
-    message = trap_obj.message.splitlines()[0] if trap_obj.message else "trap"
-    raise GuestCallError(message, trap_code=code.value if code is not None else None)
+    raise GuestCallError(trap_summary(code, trap_obj.message),
+                         trap_code=code.value if code is not None else None)
 
 
 class RawFunc:

@@ -48,6 +48,7 @@ class LoadedModule:
     sha256: str
     module: wasmtime.Module
     pre: wasmtime.InstancePre
+    engine: wasmtime.Engine
     from_disk_cache: bool = False
 
 
@@ -97,7 +98,19 @@ class Host:
     def load(self, module: str | os.PathLike[str] | bytes | LoadedModule,
              name: str | None = None) -> LoadedModule:
         if isinstance(module, LoadedModule):
-            return module
+            if module.engine is self.engine:
+                return module
+            # A handle from another Host: its code is reusable, its engine is not.
+            digest, label = module.sha256, name or module.name
+            with self._lock:
+                cached = self._modules.get(digest)
+            if cached is not None:
+                return cached
+            try:
+                compiled = wasmtime.Module.deserialize(self.engine, module.module.serialize())
+            except wasmtime.WasmtimeError as exc:
+                raise ModuleLoadError(_first_line(exc)) from exc
+            return self._register(label, digest, compiled, False)
         if isinstance(module, bytes):
             wasm, label = module, name or "module.wasm"
         else:
@@ -112,17 +125,20 @@ class Host:
             cached = self._modules.get(digest)
         if cached is not None:
             return cached if cached.name == label else LoadedModule(
-                label, digest, cached.module, cached.pre, cached.from_disk_cache)
+                label, digest, cached.module, cached.pre, self.engine, cached.from_disk_cache)
         compiled, from_disk = self._compile(wasm, digest)
+        return self._register(label, digest, compiled, from_disk)
+
+    def _register(self, label: str, digest: str, compiled: wasmtime.Module,
+                  from_disk: bool) -> LoadedModule:
         _check_imports(compiled)
         try:
             pre = self._linker.instantiate_pre(compiled)
         except wasmtime.WasmtimeError as exc:
             raise ModuleLoadError(_first_line(exc)) from exc
-        loaded = LoadedModule(label, digest, compiled, pre, from_disk)
+        loaded = LoadedModule(label, digest, compiled, pre, self.engine, from_disk)
         with self._lock:
-            self._modules.setdefault(digest, loaded)
-        return loaded
+            return self._modules.setdefault(digest, loaded)
 
     def _cache_path(self, digest: str) -> Path | None:
         if self.config.cache_dir is None:

@@ -259,16 +259,16 @@ class GuestRun:
             return self.interrupt
         if "fuel" in text:
             return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
-        return "load_error", text.strip().splitlines()[0] if text.strip() else "error"
+        return "trap", _native.trap_summary(None, text)
 
     def _classify_trap(self, code: wasmtime.TrapCode | None, text: str) -> tuple[str, str]:
         if self.interrupt is not None:
             return self.interrupt
         if code == wasmtime.TrapCode.OUT_OF_FUEL:
             return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
-        first = text.strip().splitlines()[0] if text.strip() else "trap"
+        first = _native.trap_summary(code, text)
         if code == wasmtime.TrapCode.STACK_OVERFLOW:
-            return "trap", "wasm trap: call stack exhausted"
+            return "trap", "wasm trap: call stack exhausted (stack overflow)"
         if (self.config.max_memory is not None and self.memory.available
                 and self.memory.size() + 65536 > self.config.max_memory):
             return "memory_limit", (f"the guest trapped ({first}) after reaching the memory "

@@ -1,0 +1,3 @@
+from spearpy.cli import main
+
+main()

@@ -1,0 +1,108 @@
+"""Whole runs: exit codes, traps, limits, WASI isolation, loading, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spearpy.errors import ModuleLoadError
+from tests.probe import wat_module
+
+WASI = wat_module("wasi.wat")
+
+
+def test_proc_exit_code_argv_and_stdout(make_host: Any) -> None:
+    result = make_host().run(WASI, ["a", "b"])
+    assert result.outcome == "exited"
+    assert result.exit_code == 3 * 16  # argv[0] is the module name
+    assert result.stdout == b"argc=3 envc=0\n"
+
+
+def test_guest_sees_no_host_environment_unless_asked(make_host: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPEARPY_TEST_SECRET", "do-not-leak")
+    host = make_host()
+    assert host.run(WASI).exit_code == 16
+    assert host.run(WASI, env={"A": "1", "B": "2"}).exit_code == 16 + 2
+    inherited = host.run(WASI, inherit_env=True).stdout
+    assert inherited == f"argc=1 envc={len(os.environ) % 10}\n".encode()
+
+
+def test_trap_is_reported_with_its_name(make_host: Any) -> None:
+    result = make_host().run(WASI, invoke="trap")
+    assert (result.outcome, result.exit_code) == ("trap", 134)
+    assert "unreachable" in result.message
+
+
+def test_invoke_returns_the_exports_result(make_host: Any) -> None:
+    assert make_host().run(WASI, invoke="returns_3").exit_code == 3
+    missing = make_host().run(WASI, invoke="nope")
+    assert missing.outcome == "load_error" and "nope" in missing.message
+
+
+def test_run_deadline_interrupts_wasm_and_sleep(make_host: Any) -> None:
+    host = make_host(timeout=0.3)
+    for entry in ("spin", "nap"):
+        result = host.run(WASI, invoke=entry)
+        assert (result.outcome, result.exit_code) == ("timeout", 124), entry
+        assert "deadline" in result.message
+
+
+def test_fuel_budget(make_host: Any) -> None:
+    result = make_host(fuel=100_000).run(WASI, invoke="spin")
+    assert (result.outcome, result.exit_code) == ("fuel_exhausted", 135)
+
+
+def test_unknown_spear_import_is_named() -> None:
+    from spearpy.host import Host
+
+    bad = b"(module (import \"spear\" \"teleport\" (func)) (func (export \"_start\")))"
+    import wasmtime
+
+    with Host(cache_dir=None) as host, pytest.raises(ModuleLoadError, match="spear.teleport"):
+        host.load(bytes(wasmtime.wat2wasm(bad.decode())))
+
+
+def test_disk_cache_is_used_by_a_second_host(tmp_path: Path, make_host: Any) -> None:
+    first = make_host(cache_dir=tmp_path).load(WASI)
+    assert not first.from_disk_cache
+    second = make_host(cache_dir=tmp_path).load(WASI)
+    assert second.from_disk_cache
+    assert make_host(cache_dir=tmp_path).run(second).exit_code == 16
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spearpy", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cli_run_passes_exit_code_and_guest_args(tmp_path: Path) -> None:
+    wasm = tmp_path / "wasi.wasm"
+    wasm.write_bytes(WASI)
+    done = _cli("run", "--no-cache", "--env", "X=1", str(wasm), "--", "one")
+    assert done.returncode == 2 * 16 + 1
+    assert done.stdout == "argc=2 envc=1\n"
+    trapped = _cli("run", "--no-cache", "--invoke", "trap", str(wasm))
+    assert trapped.returncode == 134
+    assert trapped.stderr.strip().splitlines()[-1].startswith("spearpy: trap:")
+
+
+def test_cli_inspect_json(tmp_path: Path) -> None:
+    from tests.probe import WAT_DIR
+
+    wasm = tmp_path / "probe.wasm"
+    wasm.write_bytes(wat_module("probe.wat"))
+    done = _cli("inspect", "--json", str(wasm))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["runnable"] and report["exports_memory"] and report["allocator"]
+    assert report["funcref_table"] == "__indirect_function_table"
+    names = {i["name"]: i for i in report["spear_imports"]}
+    assert names["rtasr_create"]["enosys"] and names["cchat_send"]["provided"]
+    assert WAT_DIR.is_dir()
