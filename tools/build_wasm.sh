@@ -6,6 +6,9 @@
 #   tools/build_wasm.sh --check    rebuild into a temp dir and list every sample whose
 #                                  binary in wasm-samples/ (or --out DIR) differs; exit 1 if any
 #
+# Environment: WASM_CC (a clang to use; no zig fallback then), WASI_SYSROOT [/usr],
+# RUSTC_WASM [/usr/bin/rustc].
+#
 # The manifest is the list of samples: add an entry (name, source, wasm, ...) and run
 # this script. The toolchain follows the source: .c -> clang (or zig cc), .rs -> rustc.
 # Flags are fixed and source paths are remapped, so a build is byte-for-byte
@@ -19,7 +22,7 @@ DEFAULT_OUT=$ROOT/wasm-samples
 OUT=$DEFAULT_OUT
 CHECK=0
 
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -56,12 +59,12 @@ grep -q $'\t.*\\.rs\t' "$TMP/samples.tsv" && need_rust=1
 # ---- toolchains ----------------------------------------------------------------
 CC_CMD=()
 detect_c() {
-    local sysroot=${WASI_SYSROOT:-/usr}
+    local sysroot=${WASI_SYSROOT:-/usr} cc=${WASM_CC:-clang}
     printf 'int main(void){return 0;}\n' >"$TMP/probe.c"
-    if command -v clang >/dev/null &&
-        clang --target=wasm32-wasi --sysroot="$sysroot" "$TMP/probe.c" -o "$TMP/probe.wasm" 2>/dev/null; then
-        CC_CMD=(clang --target=wasm32-wasi "--sysroot=$sysroot")
-    elif "$PY" -m ziglang cc --target=wasm32-wasi "$TMP/probe.c" -o "$TMP/probe.wasm" 2>/dev/null; then
+    if command -v "$cc" >/dev/null &&
+        "$cc" --target=wasm32-wasi --sysroot="$sysroot" "$TMP/probe.c" -o "$TMP/probe.wasm" 2>/dev/null; then
+        CC_CMD=("$cc" --target=wasm32-wasi "--sysroot=$sysroot")
+    elif [ -z "${WASM_CC:-}" ] && "$PY" -m ziglang cc --target=wasm32-wasi "$TMP/probe.c" -o "$TMP/probe.wasm" 2>/dev/null; then
         # zig's bundled wasi-libc differs from Debian's: its binaries won't match the committed ones.
         CC_CMD=("$PY" -m ziglang cc --target=wasm32-wasi)
     else
