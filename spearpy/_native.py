@@ -162,7 +162,8 @@ def trap_summary(code: Any, message: str) -> str:
         if line.startswith("wasm trap:"):
             return line
     if code is not None:
-        return "wasm trap: " + code.name.lower().replace("_", " ")
+        name: str = code.name
+        return "wasm trap: " + name.lower().replace("_", " ")
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return lines[-1] if lines else "wasm trap"
 

@@ -17,7 +17,7 @@ import wasmtime
 from spearpy import _native
 from spearpy.fdtable import FdKind, FdTable
 from spearpy.memory import GuestMemory
-from spearpy.observe.events import RUN_END, RUN_START, EventBus, EventSink
+from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
 from spearpy.outcome import RunResult, exit_code_for
 
 if TYPE_CHECKING:
@@ -46,10 +46,9 @@ class RunOptions:
 
 
 class _Capture:
-    def __init__(self, echo: Any | None) -> None:
+    def __init__(self) -> None:
         self.data = bytearray()
         self.truncated = False
-        self._echo = echo
 
     def write(self, chunk: bytes) -> int:
         room = MAX_CAPTURE_BYTES - len(self.data)
@@ -81,8 +80,8 @@ class GuestRun:
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self._tool_funcs: dict[int, _native.RawFunc | None] = {}
-        self.stdout = _Capture(None) if options.capture_output else None
-        self.stderr = _Capture(None) if options.capture_output else None
+        self.stdout = _Capture() if options.capture_output else None
+        self.stderr = _Capture() if options.capture_output else None
         self.store = wasmtime.Store(host.engine)
         self.memory = GuestMemory(self.store, None)
         self.allocator: tuple[_native.RawFunc, _native.RawFunc] | None = None
@@ -179,7 +178,7 @@ class GuestRun:
 
     # ---- lifecycle -------------------------------------------------------
 
-    def _wasi(self, stdin_dir: Path) -> wasmtime.WasiConfig:
+    def _wasi(self, scratch: Path) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         wasi.argv = [self.module.name, *self.options.argv]
         if self.options.inherit_env:
@@ -187,12 +186,15 @@ class GuestRun:
         if self.options.env:
             wasi.env = list(self.options.env.items())
         if self.options.stdin is not None:
-            path = stdin_dir / "stdin"
+            path = scratch / "stdin"
             path.write_bytes(self.options.stdin)
-            wasi.stdin_file(str(path))
-        if self.stdout is not None and self.stderr is not None:
-            wasi.stdout_custom = self.stdout.write
-            wasi.stderr_custom = self.stderr.write
+            wasi.stdin_file = str(path)
+        if self.stdout is not None:
+            # Files, not stdout_custom: wasmtime-py's custom-output callbacks
+            # can abort the process at interpreter exit (a tokio worker
+            # starting during shutdown panics across the FFI boundary).
+            wasi.stdout_file = str(scratch / "stdout")
+            wasi.stderr_file = str(scratch / "stderr")
         else:
             wasi.inherit_stdout()
             wasi.inherit_stderr()
@@ -230,29 +232,46 @@ class GuestRun:
 
     def execute(self) -> RunResult:
         """Instantiate, call the entry export, and report how the run ended."""
+        with tempfile.TemporaryDirectory(prefix="spearpy-") as scratch:
+            try:
+                outcome, message, exit_code = self._enter(Path(scratch))
+            finally:
+                self._collect_output(Path(scratch))
+        return self._finish(outcome, message, exit_code)
+
+    def _enter(self, scratch: Path) -> tuple[str, str, int]:
         self.events.emit(RUN_START, module=self.module.name, sha256=self.module.sha256)
         previous = _native.enter_run(self)
-        outcome, message, exit_code = "exited", "", 0
         try:
-            with tempfile.TemporaryDirectory(prefix="spearpy-") as scratch:
-                instance = self.instantiate(Path(scratch))
-                entry_name = self.options.invoke or "_start"
-                entry = instance.exports(self.store).get(entry_name)
-                if not isinstance(entry, wasmtime.Func):
-                    return self._finish("load_error",
-                                        f"the module exports no function named {entry_name!r}", 0)
-                returned = entry(self.store)
-                if self.options.invoke and isinstance(returned, int):
-                    exit_code = returned & 0xFF
+            instance = self.instantiate(scratch)
+            entry_name = self.options.invoke or "_start"
+            entry = instance.exports(self.store).get(entry_name)
+            if not isinstance(entry, wasmtime.Func):
+                return "load_error", f"the module exports no function named {entry_name!r}", 0
+            returned = entry(self.store)
+            if self.options.invoke and isinstance(returned, int):
+                return "exited", "", returned & 0xFF
+            return "exited", "", 0
         except wasmtime.ExitTrap as exc:
-            exit_code = exc.code
+            return "exited", "", exc.code
         except wasmtime.Trap as exc:
-            outcome, message = self._classify_trap(exc.trap_code, exc.message)
+            return (*self._classify_trap(exc.trap_code, exc.message), 0)
         except wasmtime.WasmtimeError as exc:
-            outcome, message = self._classify_error(str(exc))
+            return (*self._classify_error(str(exc)), 0)
         finally:
             _native.enter_run(previous)
-        return self._finish(outcome, message, exit_code)
+
+    def _collect_output(self, scratch: Path) -> None:
+        for capture, name in ((self.stdout, "stdout"), (self.stderr, "stderr")):
+            path = scratch / name
+            if capture is None or not path.is_file():
+                continue
+            with path.open("rb") as handle:
+                guest = handle.read(MAX_CAPTURE_BYTES + 1)
+            # Host log lines were captured as they came; the guest's own
+            # stream goes first.
+            capture.data[:0] = guest[:MAX_CAPTURE_BYTES]
+            capture.truncated = capture.truncated or len(guest) > MAX_CAPTURE_BYTES
 
     def _classify_error(self, text: str) -> tuple[str, str]:
         if self.interrupt is not None:
@@ -288,7 +307,11 @@ class GuestRun:
         )
 
     def session_closed(self, session: ChatSession) -> None:
-        self.transcripts.append(self.host.transcript_of(self, session))
+        transcript = self.host.transcript_of(self, session)
+        self.transcripts.append(transcript)
+        # The transcript rides in `content`, which event files leave out.
+        self.events.emit(SESSION_CLOSE, session.fd, messages=len(transcript["messages"]),
+                         content={"transcript": transcript})
 
     def close_all_sessions(self) -> None:
         for fd, entry in self.fds.entries():

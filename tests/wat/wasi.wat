@@ -1,12 +1,13 @@
 ;; _start prints "argc=<n> envc=<m>\n" and exits with argc*16 + envc.
-;; Other entries: `trap`, `spin`, `nap` (sleep_ms 60 s), `returns_3`.
+;; Other entries: `env_dump`, `trap`, `spin`, `nap` (sleep_ms 60 s), `returns_3`.
 (module
   (import "wasi_snapshot_preview1" "args_sizes_get" (func $args (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "environ_sizes_get" (func $envs (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "environ_get" (func $env_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
   (import "spear" "sleep_ms" (func $sleep (param i32)))
-  (memory (export "memory") 1)
+  (memory (export "memory") 2)
   (data (i32.const 64) "argc=0 envc=0\n")
   (func (export "_start")
     (drop (call $args (i32.const 0) (i32.const 4)))
@@ -17,6 +18,13 @@
     (i32.store (i32.const 20) (i32.const 14))
     (drop (call $write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24)))
     (call $exit (i32.add (i32.mul (i32.load (i32.const 0)) (i32.const 16)) (i32.load (i32.const 8)))))
+  ;; env_dump writes the raw environment block ("K=V\0K=V\0...") to stdout
+  (func (export "env_dump")
+    (drop (call $envs (i32.const 8) (i32.const 12)))
+    (drop (call $env_get (i32.const 1024) (i32.const 8192)))
+    (i32.store (i32.const 16) (i32.const 8192))
+    (i32.store (i32.const 20) (i32.load (i32.const 12)))
+    (drop (call $write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24))))
   (func (export "trap") unreachable)
   (func (export "spin") (loop $l (br $l)))
   (func (export "nap") (call $sleep (i32.const 60000)))
