@@ -105,6 +105,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "spearpy-scripted/0.1"
     sys_version = ""
     server: _HTTPServer
+    # Headers and body leave in separate writes; with Nagle on, the body
+    # waits for the client's delayed ACK (~40 ms on Linux) on every request.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         self._dispatch()
