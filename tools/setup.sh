@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Prepare a fresh machine: a virtualenv in .venv with spearpy and its dev tools.
+#
+#   tools/setup.sh               Python side only (enough for `spearpy demo` and `spearpy run`)
+#   tools/setup.sh --toolchains  also the wasm32 toolchains the tests build guests with
+#                                (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32
+#                                rustc libstd-rust-dev-wasm32), installed with apt-get
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+TOOLCHAINS=0
+for arg in "$@"; do
+    case $arg in
+        --toolchains) TOOLCHAINS=1 ;;
+        *) echo "usage: tools/setup.sh [--toolchains]" >&2; exit 2 ;;
+    esac
+done
+
+APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32)
+
+toolchains_present() {
+    command -v clang >/dev/null && command -v wasm-ld >/dev/null \
+        && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] \
+        && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ]
+}
+
+if [ $TOOLCHAINS = 1 ] && ! toolchains_present; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    if ! command -v apt-get >/dev/null; then
+        echo "setup: no apt-get here; install the equivalents of: ${APT_PACKAGES[*]}" >&2
+        exit 3
+    fi
+    echo "setup: installing wasm32 toolchains: ${APT_PACKAGES[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${APT_PACKAGES[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
