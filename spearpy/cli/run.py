@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
 from spearpy.cli.options import host_from_options, host_options
 from spearpy.errors import SpearpyError
 
@@ -40,15 +41,19 @@ def _parse_dirs(specs: tuple[str, ...]) -> list[tuple[str, str]]:
 @click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
 @click.option("--invoke", default=None, help="call this export instead of _start")
 @host_options
+@observe_options
 def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], env_inherit: bool,
         dir_specs: tuple[str, ...], invoke: str | None, **options: Any) -> None:
     """Run MODULE; arguments after `--` go to the guest."""
     env = _parse_env(env_pairs)
     dirs = _parse_dirs(dir_specs)
+    observe = pop_observe_options(options)
     host = host_from_options(options)
     try:
-        result = host.run(module, list(guest_args), env=env or None, inherit_env=env_inherit,
-                          dirs=dirs, invoke=invoke, capture_output=False)
+        with Observability(observe, api_key_env=host.config.api_key_env) as obs:
+            result = host.run(module, list(guest_args), env=env or None,
+                              inherit_env=env_inherit, dirs=dirs, invoke=invoke,
+                              capture_output=False, on_event=obs.sink)
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)

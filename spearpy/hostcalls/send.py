@@ -47,20 +47,23 @@ def _error_response(backend: str, model: str, code: str, message: str) -> ChatRe
     return ChatResponse(_dump(body), {}, True)
 
 
-def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote]) -> None:
+def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -> None:
     for note in notes:
         if isinstance(note, LimitHit):
-            run.events.emit(ev.LIMIT_HIT, fd, limit=note.limit, value=note.value)
+            run.events.emit(ev.LIMIT_HIT, fd, limit=note.limit, value=note.value,
+                            iteration=iteration)
         elif isinstance(note, ToolSkipped):
             # A call answered without running the guest still gets its pair of
             # events, so tool_start/tool_end always match 1:1.
             run.events.emit(ev.TOOL_START, fd, tool_call_id=note.call.id, name=note.call.name,
                             args_bytes=len(note.call.arguments.encode()), cached=note.code ==
-                            "cache_hit")
+                            "cache_hit", iteration=iteration, executed=False,
+                            content={"arguments": note.call.arguments})
             run.events.emit(ev.TOOL_END, fd, tool_call_id=note.call.id, name=note.call.name,
                             rc=None, duration_ms=0.0, output_bytes=0,
                             error=None if note.code == "cache_hit" else note.code,
-                            cached=note.code == "cache_hit")
+                            cached=note.code == "cache_hit", iteration=iteration,
+                            executed=False)
 
 
 def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
@@ -89,13 +92,13 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     arena = _arena(params)
     while True:
         action = loop.next_action()
-        _emit_notes(run, fd, loop.drain_notes())
+        _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
         if isinstance(action, (Done, Failed)):
             break
         reason = run.run_interrupt()
         if reason is not None:
             action = loop.interrupt(reason[0], reason[1])
-            _emit_notes(run, fd, loop.drain_notes())
+            _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
             break
         if isinstance(action, Complete):
             run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
@@ -114,13 +117,17 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
         elif isinstance(action, CallTool):
             call = action.call
             run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
-                            args_bytes=len(action.arguments.encode()), cached=False)
+                            args_bytes=len(action.arguments.encode()), cached=False,
+                            iteration=loop.stats.iterations, executed=True,
+                            content={"arguments": action.arguments})
             outcome = call_tool(run, action.fn_offset, action.arguments,
                                 limits.max_tool_output_bytes, arena)
             run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name, rc=outcome.rc,
                             duration_ms=round(outcome.duration_ms, 3),
                             output_bytes=len(outcome.output.encode()),
-                            error=outcome.error_code, cached=False)
+                            error=outcome.error_code, cached=False,
+                            iteration=loop.stats.iterations, executed=True,
+                            content={"output": outcome.output})
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats
     for key, value in stats.usage.as_dict().items():

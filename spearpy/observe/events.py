@@ -3,13 +3,19 @@
 A sink is any callable taking an Event. Sinks run on the guest's thread, inside
 the hostcall, so they must be quick; an exception in a sink is reported once
 and never reaches the guest.
+
+Event.data holds only sizes, counts, codes and timings: safe to write anywhere.
+What a tool was given and returned, and a closed session's transcript, travel
+in Event.content, which `as_dict` leaves out; a sink copies it out only when
+its owner asked for content (`--log-content`, `--transcript`).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +26,12 @@ TOOL_START = "tool_start"
 TOOL_END = "tool_end"
 LIMIT_HIT = "limit_hit"
 SEND_END = "send_end"
+SESSION_CLOSE = "session_close"
 RUN_START = "run_start"
 RUN_END = "run_end"
+
+KINDS = (RUN_START, SEND_START, COMPLETION_START, COMPLETION_END, TOOL_START, TOOL_END,
+         LIMIT_HIT, SEND_END, SESSION_CLOSE, RUN_END)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +42,9 @@ class Event:
     ts: float
     fd: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    # tool_start: {"arguments": str}; tool_end: {"output": str};
+    # session_close: {"transcript": dict}. Never part of as_dict().
+    content: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "run_id": self.run_id, "seq": self.seq, "ts": self.ts,
@@ -41,32 +54,64 @@ class Event:
 EventSink = Callable[[Event], None]
 
 
+class _OnceReporter:
+    """Logs the first failure of each sink, then stays quiet about it."""
+
+    def __init__(self) -> None:
+        self._failed: set[int] = set()
+        self._lock = threading.Lock()
+
+    def report(self, index: int, sink: object) -> None:
+        with self._lock:
+            if index in self._failed:
+                return
+            self._failed.add(index)
+        import structlog
+
+        structlog.get_logger("spearpy").exception("event sink failed", sink=repr(sink))
+
+
+def _deliver(sinks: Iterable[EventSink], event: Event, reporter: _OnceReporter) -> None:
+    for index, sink in enumerate(sinks):
+        try:
+            sink(event)
+        except Exception:
+            reporter.report(index, sink)
+
+
 class EventBus:
     """Per-run ordered event stream."""
 
-    __slots__ = ("_counter", "_failed", "run_id", "sinks")
+    __slots__ = ("_counter", "_reporter", "run_id", "sinks")
 
     def __init__(self, run_id: str, sinks: list[EventSink] | None = None) -> None:
         self.run_id = run_id
         self.sinks: list[EventSink] = list(sinks or [])
         self._counter = itertools.count()
-        self._failed: set[int] = set()
+        self._reporter = _OnceReporter()
 
     @property
     def active(self) -> bool:
         return bool(self.sinks)
 
-    def emit(self, kind: str, fd: int | None = None, **data: Any) -> None:
+    def emit(self, kind: str, fd: int | None = None, *, content: dict[str, Any] | None = None,
+             **data: Any) -> None:
         if not self.sinks:
             return
-        event = Event(kind, self.run_id, next(self._counter), time.time(), fd, data)
-        for index, sink in enumerate(self.sinks):
-            try:
-                sink(event)
-            except Exception:  # noqa: BLE001 - observers must not break the guest
-                if index not in self._failed:
-                    self._failed.add(index)
-                    import structlog
+        event = Event(kind, self.run_id, next(self._counter), time.time(), fd, data, content)
+        _deliver(self.sinks, event, self._reporter)
 
-                    structlog.get_logger("spearpy").exception("event sink failed",
-                                                              sink=repr(sink))
+
+class FanOut:
+    """Several sinks as one (Host.run takes a single `on_event`); each sink is
+    isolated from the others' failures, as on the EventBus."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks: list[EventSink] = list(sinks)
+        self._reporter = _OnceReporter()
+
+    def add(self, sink: EventSink) -> None:
+        self.sinks.append(sink)
+
+    def __call__(self, event: Event) -> None:
+        _deliver(self.sinks, event, self._reporter)

@@ -1,0 +1,180 @@
+"""Observability flags of `spearpy run`: events file, logs, metrics, transcripts,
+live view, OpenTelemetry spans; and the object that wires them to a run."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from spearpy.observe.events import EventSink, FanOut
+from spearpy.observe.jsonl import JsonlEventWriter
+from spearpy.observe.live import LiveView
+from spearpy.observe.logs import FORMATS, LogSink, configure_logging
+from spearpy.observe.metrics import Metrics
+from spearpy.observe.redact import Redactor
+from spearpy.observe.transcripts import TranscriptWriter
+
+_LEVELS = ("debug", "info", "warning", "error")
+_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--events", "events_file"), {"type": click.Path(dir_okay=False),
+                                   "help": "write every event as JSON lines to FILE"}),
+    (("--transcript", "transcript_dir"), {"type": click.Path(file_okay=False),
+                                          "help": "write each session's conversation as JSON "
+                                                  "into DIR when it closes"}),
+    (("--transcript-max-tool-bytes",), {"type": click.IntRange(min=0),
+                                        "help": "cut tool message contents in transcripts to N "
+                                                "bytes, with an explicit marker"}),
+    (("--metrics-file",), {"type": click.Path(dir_okay=False),
+                           "help": "write Prometheus metrics (textfile collector format) to "
+                                   "FILE when the run ends"}),
+    (("--metrics-port",), {"type": click.IntRange(0, 65535),
+                           "help": "serve Prometheus metrics over HTTP on PORT during the run"}),
+    (("--metrics-addr",), {"default": "127.0.0.1", "show_default": True,
+                           "help": "address --metrics-port listens on"}),
+    (("--log-format",), {"type": click.Choice(FORMATS),
+                         "help": "structured log lines on stderr (or --log-file), one per event"}),
+    (("--log-level",), {"type": click.Choice(_LEVELS),
+                        "help": "[info with --log-format/--log-file, else warning]"}),
+    (("--log-file",), {"type": click.Path(dir_okay=False), "help": "append log lines to FILE"}),
+    (("--log-content",), {"is_flag": True,
+                          "help": "put tool arguments and outputs in logs and the events file "
+                                  "(default: only their length and sha256)"}),
+    (("--otel",), {"is_flag": True,
+                   "help": "emit OpenTelemetry spans to the global tracer provider "
+                           "(needs spearpy[otel])"}),
+    (("--otel-spans",), {"type": click.Path(dir_okay=False),
+                         "help": "write OpenTelemetry spans as JSON lines to FILE "
+                                 "(needs spearpy[otel])"}),
+    (("--quiet", "-q"), {"is_flag": True, "help": "no progress lines on stderr"}),
+]
+OPTION_NAMES = ("events_file", "transcript_dir", "transcript_max_tool_bytes", "metrics_file",
+                "metrics_port", "metrics_addr", "log_format", "log_level", "log_file",
+                "log_content", "otel", "otel_spans", "quiet")
+
+
+def observe_options(func: Any) -> Any:
+    for decls, kwargs in reversed(_OPTIONS):
+        func = click.option(*decls, **kwargs)(func)
+    return func
+
+
+def pop_observe_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Take this module's options out of a command's **options."""
+    return {name: options.pop(name, None) for name in OPTION_NAMES}
+
+
+class Observability:
+    """The sinks one `spearpy run` asked for, as a single `on_event` callable.
+
+    Use as a context manager: leaving it writes the metrics file, stops the
+    metrics server and closes every file."""
+
+    def __init__(self, opts: dict[str, Any], *, api_key_env: str = "OPENAI_API_KEY",
+                 stderr: IO[str] | None = None) -> None:
+        self._stderr = stderr if stderr is not None else sys.stderr
+        self.redactor = Redactor.from_env([api_key_env, "OPENAI_API_KEY"])
+        self.sink = FanOut()
+        # Undone last-in first-out: span exporters flush before their file
+        # closes, logging leaves the log file before it closes.
+        self._stack = contextlib.ExitStack()
+        self.metrics: Metrics | None = None
+        self._metrics_file: str | None = opts.get("metrics_file")
+        try:
+            self._setup(opts, api_key_env)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, opts: dict[str, Any], api_key_env: str) -> None:
+        log_content = bool(opts.get("log_content"))
+        self._setup_logging(opts, api_key_env)
+        if opts.get("events_file"):
+            writer = JsonlEventWriter(opts["events_file"], include_content=log_content,
+                                      redactor=self.redactor)
+            self._stack.callback(writer.close)
+            self.sink.add(writer)
+        if opts.get("transcript_dir"):
+            self.sink.add(TranscriptWriter(
+                opts["transcript_dir"], max_tool_bytes=opts.get("transcript_max_tool_bytes"),
+                redactor=Redactor.from_env([api_key_env, "OPENAI_API_KEY"], patterns=False)))
+        if opts.get("metrics_file") or opts.get("metrics_port") is not None:
+            self.metrics = Metrics()
+            self.sink.add(self.metrics)
+            if opts.get("metrics_port") is not None:
+                self._serve_metrics(self.metrics, opts["metrics_port"], opts["metrics_addr"])
+        if opts.get("otel") or opts.get("otel_spans"):
+            self._setup_otel(opts.get("otel_spans"))
+        if not opts.get("quiet") and not self._logs_on_stderr:
+            self.sink.add(LiveView(self._stderr))
+
+    def _setup_logging(self, opts: dict[str, Any], api_key_env: str) -> None:
+        chosen = bool(opts.get("log_format") or opts.get("log_file"))
+        level = opts.get("log_level") or ("info" if chosen else "warning")
+        stream = self._stderr
+        if opts.get("log_file"):
+            path = Path(opts["log_file"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            stream = self._stack.enter_context(path.open("a", encoding="utf-8"))
+            # structlog would still point at the closed file: later lines go to stderr.
+            self._stack.callback(configure_logging, "console", "warning", stream=self._stderr,
+                                 redactor=self.redactor)
+        # Progress lines and info-level log lines on one stderr would say
+        # everything twice: a log on stderr replaces the live view.
+        self._logs_on_stderr = stream is self._stderr and level in ("debug", "info")
+        configure_logging(opts.get("log_format") or "console", level, stream=stream,
+                          redactor=self.redactor)
+        self.sink.add(LogSink(log_content=bool(opts.get("log_content"))))
+
+    def _serve_metrics(self, metrics: Metrics, port: int, addr: str) -> None:
+        try:
+            served = metrics.serve(port, addr)
+        except OSError as exc:
+            raise click.UsageError(f"--metrics-port {port}: {exc.strerror or exc}") from exc
+        server = served[0] if isinstance(served, tuple) else None
+        if server is not None:
+            self._stack.callback(server.shutdown)
+
+    def _setup_otel(self, spans_file: str | None) -> None:
+        try:
+            from spearpy.observe.otel import OtelSink
+            tracer = None
+            if spans_file:
+                tracer = self._file_tracer(spans_file)
+            self.sink.add(OtelSink(tracer))
+        except ImportError as exc:
+            raise click.UsageError(f"{exc}") from exc
+
+    def _file_tracer(self, path: str) -> Any:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+        target = Path(path)
+        out = self._stack.enter_context(target.open("w", encoding="utf-8"))
+        provider = TracerProvider(resource=Resource.create({"service.name": "spearpy"}))
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
+            out=out, formatter=lambda span: span.to_json(indent=None) + "\n")))
+        self._stack.callback(provider.shutdown)
+        return provider.get_tracer("spearpy")
+
+    @property
+    def sinks(self) -> list[EventSink]:
+        return list(self.sink.sinks)
+
+    def close(self) -> None:
+        if self.metrics is not None and self._metrics_file:
+            path = Path(self._metrics_file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.metrics.write_textfile(path)
+            self._metrics_file = None
+        self._stack.close()
+
+    def __enter__(self) -> Observability:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

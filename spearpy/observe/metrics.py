@@ -1,0 +1,110 @@
+"""Prometheus metrics computed from events.
+
+    registry = prometheus_client.CollectorRegistry()
+    metrics = Metrics(registry)
+    host.run(module, on_event=metrics)        # or FanOut(metrics, ...)
+    prometheus_client.generate_latest(registry)
+
+Every counter is a count over events, so `spearpy_tool_calls_total` equals the
+number of tool_end events, `spearpy_tool_call_iterations_total` the number of
+completion_end events, and so on: the events file and the metrics always agree.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import write_to_textfile as _write_textfile
+
+from spearpy import abi
+from spearpy.observe import events as ev
+
+# Completions take from ~100 ms (small model, warm) to minutes (long reasoning).
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# Guest tools are in-process wasm calls: microseconds to the tool deadline.
+TOOL_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
+# Model-invented names of unregistered tools must not each create a series.
+UNKNOWN_TOOL_LABEL = "(unknown)"
+
+
+class Metrics:
+    """An event sink maintaining spearpy's metrics in a prometheus registry.
+
+    Thread-safe (prometheus-client metrics are); one instance can observe any
+    number of concurrent runs. Each registry can hold one Metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.iterations = Counter("spearpy_tool_call_iterations",
+                                  "Completions requested inside sends (tool-loop iterations)",
+                                  registry=r)
+        self.tool_calls = Counter("spearpy_tool_calls", "Tool calls answered, by tool",
+                                  ["tool"], registry=r)
+        self.tool_failures = Counter("spearpy_tool_call_failures",
+                                     "Tool calls answered with an error, by error code",
+                                     ["code"], registry=r)
+        self.tool_output_bytes = Counter("spearpy_tool_output_bytes",
+                                         "Bytes of output returned by guest tools", registry=r)
+        self.completion_latency = Histogram("spearpy_completion_latency_seconds",
+                                            "Upstream completion latency, retries included",
+                                            buckets=LATENCY_BUCKETS, registry=r)
+        self.tool_duration = Histogram("spearpy_tool_duration_seconds",
+                                       "Guest tool execution time", buckets=TOOL_BUCKETS,
+                                       registry=r)
+        self.sends = Counter("spearpy_sends", "cchat_send calls, by outcome and error code",
+                             ["outcome", "code"], registry=r)
+        self.upstream_errors = Counter("spearpy_upstream_errors",
+                                       "Failed completions, by HTTP status ('none' = no "
+                                       "response: timeout, connection error)",
+                                       ["status"], registry=r)
+        self.limit_hits = Counter("spearpy_limit_hits", "Loop limits reached, by limit",
+                                  ["limit"], registry=r)
+        self.tokens = Counter("spearpy_tokens", "Tokens reported by the upstream, by kind",
+                              ["kind"], registry=r)
+        self.runs = Counter("spearpy_runs", "Guest runs, by outcome", ["outcome"], registry=r)
+        self._server_lock = threading.Lock()
+
+    def __call__(self, event: ev.Event) -> None:
+        data = event.data
+        kind = event.kind
+        if kind == ev.COMPLETION_END:
+            self.iterations.inc()
+            self.completion_latency.observe(float(data.get("latency_ms") or 0.0) / 1000.0)
+            if data.get("error") is not None:
+                status = data.get("status")
+                self.upstream_errors.labels(str(status) if status else "none").inc()
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                for key in ("prompt_tokens", "completion_tokens"):
+                    value = usage.get(key)
+                    if isinstance(value, int) and value > 0:
+                        self.tokens.labels(key.removesuffix("_tokens")).inc(value)
+        elif kind == ev.TOOL_END:
+            error = data.get("error")
+            name = data.get("name")
+            label = UNKNOWN_TOOL_LABEL if error == abi.TOOL_UNKNOWN else str(name)
+            self.tool_calls.labels(label).inc()
+            if error is not None:
+                self.tool_failures.labels(str(error)).inc()
+            self.tool_output_bytes.inc(int(data.get("output_bytes") or 0))
+            if not data.get("cached") and data.get("rc") is not None:
+                self.tool_duration.observe(float(data.get("duration_ms") or 0.0) / 1000.0)
+        elif kind == ev.SEND_END:
+            self.sends.labels(str(data.get("outcome")), str(data.get("error") or "")).inc()
+        elif kind == ev.LIMIT_HIT:
+            self.limit_hits.labels(str(data.get("limit"))).inc()
+        elif kind == ev.RUN_END:
+            self.runs.labels(str(data.get("outcome"))).inc()
+
+    def write_textfile(self, path: str | os.PathLike[str]) -> None:
+        """Write the node_exporter textfile-collector format, atomically."""
+        _write_textfile(os.fspath(path), self.registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
+        """Serve /metrics over HTTP on a daemon thread; returns (server, thread)."""
+        with self._server_lock:
+            return start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,99 @@
+"""Keeping secrets and tool contents out of everything spearpy writes.
+
+Two tools: `digest` describes a text by its length and a short hash, so logs
+can show that two calls got the same arguments without showing them; and
+`Redactor` removes credentials from any string or JSON-like value before it is
+written. The Redactor is a second line: the backend never hands the key to
+anything but its Authorization header, but an upstream echoing a key in an
+error, or a guest that got one through its environment, must not put it in a
+log, an events file or a transcript either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "[redacted]"
+# 12 hex digits = 48 bits: collisions among one run's tool calls are not a
+# concern, and a short hash keeps log lines readable (git shows 7-12).
+SHORT_HASH_LEN = 12
+# Shorter "secrets" would mangle ordinary text (an empty or "x" test key).
+MIN_SECRET_LEN = 8
+
+_SECRET_KEYS = frozenset({
+    "authorization", "proxy-authorization", "proxy_authorization", "api_key", "api-key",
+    "apikey", "x-api-key", "openai_api_key", "password", "secret", "client_secret",
+    "access_token", "refresh_token", "bearer",
+})
+# Credentials that look like credentials even when nobody registered them:
+# "Bearer <token>" and the sk-... / sk-proj-... shape of OpenAI-style keys.
+_PATTERNS = (
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
+)
+
+
+def short_sha256(text: str | bytes) -> str:
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return hashlib.sha256(raw).hexdigest()[:SHORT_HASH_LEN]
+
+
+def digest(text: str | bytes) -> dict[str, Any]:
+    """{"bytes": n, "sha256": "<12 hex>"}: what logs say about a content."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return {"bytes": len(raw), "sha256": short_sha256(raw)}
+
+
+def is_secret_key(key: str) -> bool:
+    return key.lower() in _SECRET_KEYS
+
+
+class Redactor:
+    """Replaces known secret values, credential-shaped strings and the values of
+    credential-named keys with a marker."""
+
+    def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True) -> None:
+        # patterns=False: only known secrets, for records that must stay
+        # verbatim (transcripts) where a credential-shaped word may be legitimate.
+        self._secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN},
+                               key=len, reverse=True)
+        self._patterns = _PATTERNS if patterns else ()
+
+    @classmethod
+    def from_env(cls, names: Iterable[str] = ("OPENAI_API_KEY",), *,
+                 patterns: bool = True) -> Redactor:
+        """A Redactor knowing the values of these environment variables."""
+        return cls((os.environ.get(name, "") for name in names if name), patterns=patterns)
+
+    def add(self, secret: str) -> None:
+        if len(secret) >= MIN_SECRET_LEN and secret not in self._secrets:
+            self._secrets.append(secret)
+            self._secrets.sort(key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for secret in self._secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        for pattern in self._patterns:
+            value = pattern.sub(_mask, value)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """A copy of a JSON-like value with every secret removed."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v
+                        else self.value(v)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        return value
+
+
+def _mask(match: re.Match[str]) -> str:
+    scheme = match.group(1) if match.re.groups else None
+    return f"{scheme} {REDACTED}" if scheme else REDACTED
