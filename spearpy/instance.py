@@ -77,6 +77,7 @@ class GuestRun:
         self.interrupt: tuple[str, str] | None = None
         self._tool_timeout: str | None = None
         self.log_bytes = 0
+        self.sending: set[int] = set()  # session fds whose send is in progress
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self._tool_funcs: dict[int, _native.RawFunc | None] = {}

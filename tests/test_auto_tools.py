@@ -9,7 +9,7 @@ from spearpy import abi
 from spearpy.fdtable import FdKind
 from tests.probe import Probe, tool_schema
 
-ECHO, WRONG, BOOM, LIAR, FAILS, BIG, BINARY, SPIN = range(8)
+ECHO, WRONG, BOOM, LIAR, FAILS, BIG, BINARY, SPIN, REENTER = range(9)
 
 
 def call(name: str, arguments: Any, call_id: str | None = None) -> dict[str, Any]:
@@ -256,3 +256,28 @@ def test_cache_tool_results_reuses_identical_calls(probe: Any, make_host: Any,
     body = p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
     assert body["_spear"]["tool_calls"] == 1
     assert [m["content"] for m in tool_messages(server)] == ['{"x":1}', '{"x":1}']
+
+
+def test_a_tool_cannot_send_on_the_session_running_it(probe: Any, make_host: Any,
+                                                      scripted: Any) -> None:
+    server = scripted(two_step(call("reenter", {})))
+    p = probe(make_host(base_url=server.base_url))
+    fd = session(p, {"reenter": REENTER})
+    p.call("set_reenter_fd", fd)
+    body = p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
+    assert p.call("last_rc") == abi.EAGAIN
+    assert body["choices"][0]["message"]["content"] == "final: ok"
+
+
+def test_a_tool_may_run_a_sub_agent_on_another_session(probe: Any, make_host: Any,
+                                                       scripted: Any) -> None:
+    server = scripted(two_step(call("reenter", {})))
+    p = probe(make_host(base_url=server.base_url))
+    fd = session(p, {"reenter": REENTER})
+    other = p.hc("cchat_create")
+    assert p.write_msg(other, "user", "sub-question") == 0
+    p.call("set_reenter_fd", other)
+    p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
+    assert p.call("last_rc") >= 1000  # a response fd from the nested send
+    assert any(r.body["messages"] == [{"role": "user", "content": "sub-question"}]
+               for r in server.requests)

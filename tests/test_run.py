@@ -107,3 +107,13 @@ def test_cli_inspect_json(tmp_path: Path) -> None:
     names = {i["name"]: i for i in report["spear_imports"]}
     assert names["rtasr_create"]["enosys"] and names["cchat_send"]["provided"]
     assert WAT_DIR.is_dir()
+
+
+def test_c_chat_guest_against_an_unreachable_upstream_gets_an_error_body() -> None:
+    """Issue 2: the guest gets the error body and decides its exit; the host never raises."""
+    root = Path(__file__).resolve().parents[1]
+    done = _cli("run", "--no-cache", "--model", "m", "--max-retries", "0", "--base-url",
+                "http://127.0.0.1:9/v1", str(root / "wasm-samples" / "c_chat.wasm"))
+    assert done.returncode == 2, done.stdout + done.stderr  # chat.c: 2 = error body
+    assert '"code":"upstream_unreachable"' in done.stdout
+    assert "Traceback" not in done.stderr

@@ -16,9 +16,25 @@ if TYPE_CHECKING:
     from spearpy.instance import GuestRun
 
 
+# A tool may itself open sessions and send (an agent calling a sub-agent);
+# past this depth it is a runaway recursion, refused rather than followed
+# until the host's stack gives out.
+MAX_SEND_DEPTH = 4
+
+
 def _session(run: GuestRun, fd: int) -> ChatSession | None:
     session: ChatSession | None = run.fds.get(fd, FdKind.CHAT_SESSION)
     return session
+
+
+_UNFINISHED = ChatResponse(
+    b'{"error":{"code":"internal_error","message":"the send did not finish"}}', {}, True)
+
+
+def _busy(run: GuestRun, fd: int) -> bool:
+    """True while a send on this session is running a tool: changing the
+    session underneath its own loop would corrupt the conversation."""
+    return fd in run.sending
 
 
 def cchat_create(run: GuestRun) -> int:
@@ -35,6 +51,8 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     session = _session(run, fd)
     if session is None:
         return abi.EBADF
+    if _busy(run, fd):
+        return abi.EAGAIN
     try:
         role = run.memory.read(role_ptr, role_len)
         content = run.memory.read(content_ptr, content_len)
@@ -50,6 +68,8 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
     session = _session(run, fd)
     if session is None:
         return abi.EBADF
+    if _busy(run, fd):
+        return abi.EAGAIN
     try:
         raw = run.memory.read(json_ptr, json_len)
     except GuestFault:
@@ -74,6 +94,8 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
         if cmd == abi.CTL_SET_PARAM:
             if entry.kind is not FdKind.CHAT_SESSION:
                 return abi.EBADF
+            if _busy(run, fd):
+                return abi.EAGAIN
             raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
             try:
                 request = json.loads(raw)
@@ -97,11 +119,19 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     session = _session(run, fd)
     if session is None:
         return abi.EBADF
+    if _busy(run, fd):
+        return abi.EAGAIN
+    if len(run.sending) >= MAX_SEND_DEPTH:
+        return abi.EACCES
     # Refuse before going upstream: a reply nobody can read would be lost.
-    reserved = run.fds.open(FdKind.CHAT_RESPONSE, None)
+    reserved = run.fds.open(FdKind.CHAT_RESPONSE, _UNFINISHED)
     if reserved < 0:
         return reserved
-    response: ChatResponse = run_send(run, session, flags)
+    run.sending.add(fd)
+    try:
+        response: ChatResponse = run_send(run, session, flags)
+    finally:
+        run.sending.discard(fd)
     entry = run.fds.entry(reserved)
     assert entry is not None
     entry.obj = response
@@ -124,6 +154,8 @@ def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) 
 def cchat_close(run: GuestRun, fd: int) -> int:
     entry = run.fds.entry(fd)
     if entry is not None and entry.kind is FdKind.CHAT_SESSION:
+        if _busy(run, fd):
+            return abi.EAGAIN
         run.session_closed(entry.obj)
         return run.fds.close(fd)
     if entry is not None and entry.kind is FdKind.EPOLL:

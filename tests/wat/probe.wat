@@ -25,6 +25,8 @@
   (memory (export "memory") 4)
   (global $heap (mut i32) (i32.const 131072))
   (global $big_size (mut i32) (i32.const 0))
+  (global $reenter_fd (mut i32) (i32.const 0))
+  (global $last_rc (mut i32) (i32.const 0))
 
   (func (export "p_log") (param i32 i32 i32) (result i32) (call $log (local.get 0) (local.get 1) (local.get 2)))
   (func (export "p_time_now_ms") (result i64) (call $time_now_ms))
@@ -55,6 +57,8 @@
   (func (export "p_user_stream_open") (param i32 i32) (result i32) (call $user_stream_open (local.get 0) (local.get 1)))
 
   (func (export "set_big") (param i32) (global.set $big_size (local.get 0)))
+  (func (export "set_reenter_fd") (param i32) (global.set $reenter_fd (local.get 0)))
+  (func (export "last_rc") (result i32) (global.get $last_rc))
 
   ;; table[0] echo: output = the arguments
   (func $echo (param $a i32) (param $n i32) (param $o i32) (param $lp i32) (result i32)
@@ -87,8 +91,14 @@
     (i32.const 0))
   ;; table[7] spins forever (tool deadlines)
   (func $spin (param i32 i32 i32 i32) (result i32) (loop $l (br $l)) (i32.const 0))
-  (table (export "__indirect_function_table") 8 funcref)
-  (elem (i32.const 0) $echo $wrong $boom $liar $fails $big $binary $spin)
+  ;; table[8] re-enters: sends on session $reenter_fd from inside a tool, keeps the rc
+  (func $reenter (param i32 i32) (param $o i32) (param $lp i32) (result i32)
+    (global.set $last_rc (call $cchat_send (global.get $reenter_fd) (i32.const 0)))
+    (i32.store16 (local.get $o) (i32.const 0x6b6f))
+    (i32.store (local.get $lp) (i32.const 2))
+    (i32.const 0))
+  (table (export "__indirect_function_table") 9 funcref)
+  (elem (i32.const 0) $echo $wrong $boom $liar $fails $big $binary $spin $reenter)
 
   ;; a bump allocator (never frees): enough for tests
   (func (export "spear_alloc") (param $size i32) (result i32)
