@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from spearpy.cli.batch import batch
 from spearpy.cli.demo import demo
 from spearpy.cli.inspect_cmd import inspect
 from spearpy.cli.run import run
@@ -18,3 +19,4 @@ def main() -> None:
 main.add_command(run)
 main.add_command(inspect)
 main.add_command(demo)
+main.add_command(batch)

@@ -1,0 +1,164 @@
+"""Batch executor on a Ray cluster (the optional `[ray]` extra).
+
+One actor per CPU of the cluster (up to the batch's concurrency), each
+holding a warm Host and running several inputs at once on threads. Actors
+restart when their process or node dies; the inputs they were running go
+back to the queue (dispatch.py), so a lost worker loses no input. Results are
+the same records the local executors write.
+
+Ray is imported only when this executor is used: `pip install spearpy[ray]`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS, Dispatch, Emit
+from spearpy.batch.jobs import BatchError, BatchInput, WorkerError, failure_record, run_job
+from spearpy.batch.spec import WorkerSpec
+
+_POLL_S = 0.1
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise BatchError("--ray needs Ray: pip install 'spearpy[ray]'") from exc
+    return ray
+
+
+class HostActor:
+    """The body of a Ray actor: a warm Host that runs batch inputs."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self._spec = spec
+        self._host, self._module = spec.warm_host()
+
+    def ready(self) -> tuple[int, bool]:
+        return os.getpid(), self._module.from_disk_cache
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, job: BatchInput, attempt: int) -> dict[str, Any]:
+        return run_job(self._host, self._module, job, attempt=attempt, cancel=None,
+                       transcripts=self._spec.transcripts)
+
+
+class RayExecutor:
+    """Run a batch as Ray actor calls. `address`: a cluster address
+    ("ray://host:10001", "host:6379"), "auto" (the cluster this machine is
+    part of) or "local" (start a private single-machine cluster)."""
+
+    def __init__(self, address: str, concurrency: int, *, actors: int | None = None,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.address = address
+        self.concurrency = concurrency
+        self.actors = actors
+        self.max_attempts = max_attempts
+        self.disk_cache_hits = 0
+        self.lost_runs = 0
+        self._handles: list[Any] = []
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"Ray cluster {self.address} ({self.concurrency} concurrent)"
+
+    def worker_pids(self) -> list[int]:
+        ray = import_ray()
+        with self._lock:
+            handles = list(self._handles)
+        return [int(p) for p in ray.get([h.pid.remote() for h in handles])]
+
+    def _connect(self, ray: Any) -> bool:
+        """Connect (or start a local cluster); True if this call started Ray."""
+        if ray.is_initialized():
+            return False
+        address = None if self.address == "local" else self.address
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise BatchError(f"cannot connect to the Ray cluster {self.address!r}: {exc}") from exc
+        return True
+
+    def run(self, spec: WorkerSpec, jobs: Sequence[BatchInput], emit: Emit,
+            stop: threading.Event) -> None:
+        if not jobs:
+            return
+        ray = import_ray()
+        started = self._connect(ray)
+        try:
+            self._run(ray, spec, jobs, emit, stop)
+        finally:
+            with self._lock:
+                handles, self._handles = self._handles, []
+            for handle in handles:
+                ray.kill(handle, no_restart=True)
+            if started:
+                ray.shutdown()
+
+    def _start_actors(self, ray: Any, spec: WorkerSpec, jobs: int) -> tuple[list[Any], int]:
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        count = max(1, min(self.actors or cpus, self.concurrency, jobs))
+        threads = -(-self.concurrency // count)
+        spec = WorkerSpec(spec.config, spec.wasm, spec.name, threads, spec.transcripts)
+        # One concurrency slot more than inputs handed out, so ready() and
+        # pid() never queue behind busy runs.
+        actor_class = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0,
+                                 max_concurrency=threads + 1)(HostActor)
+        spec_ref = ray.put(spec)
+        handles = [actor_class.remote(spec_ref) for _ in range(count)]
+        with self._lock:
+            self._handles = handles
+        try:
+            for pid, warm in ray.get([h.ready.remote() for h in handles]):
+                del pid
+                self.disk_cache_hits += int(warm)
+        except ray.exceptions.RayError as exc:
+            raise WorkerError(f"the Ray workers could not start: {exc}") from exc
+        return handles, threads
+
+    def _run(self, ray: Any, spec: WorkerSpec, jobs: Sequence[BatchInput], emit: Emit,
+             stop: threading.Event) -> None:
+        handles, threads = self._start_actors(ray, spec, len(jobs))
+        dispatch = Dispatch(jobs, emit, self.max_attempts)
+        running: dict[Any, tuple[int, BatchInput, int]] = {}  # ref -> (actor, job, attempt)
+        load = [0] * len(handles)
+        lost_errors = _lost_errors(ray)
+        try:
+            while not dispatch.idle and not stop.is_set():
+                for slot, handle in enumerate(handles):
+                    while load[slot] < threads and (taken := dispatch.take()) is not None:
+                        job, attempt = taken
+                        running[handle.run.remote(job, attempt)] = (slot, job, attempt)
+                        load[slot] += 1
+                if not running:
+                    continue
+                done, _ = ray.wait(list(running), num_returns=1, timeout=_POLL_S)
+                for ref in done:
+                    slot, job, attempt = running.pop(ref)
+                    load[slot] -= 1
+                    try:
+                        dispatch.finished(ray.get(ref))
+                    except lost_errors as exc:
+                        # The actor restarts on its own; the input runs again.
+                        self.lost_runs += 1
+                        dispatch.lost(job, attempt, f"{type(exc).__name__}")
+                    except ray.exceptions.RayError as exc:
+                        dispatch.finished(failure_record(job, "host_error", str(exc), attempt))
+        except BaseException:
+            stop.set()  # the actors are killed on the way out, ending their runs
+            raise
+
+
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """The Ray errors that mean "the worker went away", not "the call failed"."""
+    names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError",
+             "ObjectLostError", "NodeDiedError", "OwnerDiedError")
+    return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))

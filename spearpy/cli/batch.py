@@ -1,0 +1,112 @@
+"""`spearpy batch`: run a guest once per line of a JSONL file, N at a time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+import click
+
+from spearpy.batch import (
+    BatchError,
+    Executor,
+    ProcessExecutor,
+    RayExecutor,
+    ThreadExecutor,
+    WorkerError,
+    default_layout,
+    run_batch,
+)
+from spearpy.batch.progress import BatchProgress
+from spearpy.cli.options import host_options
+from spearpy.config import HostConfig
+from spearpy.errors import ModuleLoadError
+
+
+def _config(options: dict[str, Any]) -> HostConfig:
+    given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
+    if options.get("no_cache"):
+        given["cache_dir"] = None
+    try:
+        return HostConfig(**given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _executor(jobs: int, threads: bool, processes: bool, ray: str | None,
+              max_attempts: int) -> Executor:
+    if sum(bool(x) for x in (threads, processes, ray)) > 1:
+        raise click.UsageError("--threads, --processes and --ray exclude each other")
+    if ray:
+        return RayExecutor(ray, jobs, max_attempts=max_attempts)
+    if threads:
+        return ThreadExecutor(jobs)
+    if processes:
+        return ProcessExecutor(jobs, 1, max_attempts=max_attempts)
+    procs, per_proc = default_layout(jobs)
+    return ProcessExecutor(procs, per_proc, max_attempts=max_attempts)
+
+
+def _exit_on_term(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM (a job scheduler stopping us) gets the same orderly stop as Ctrl-C.
+    raise KeyboardInterrupt
+
+
+@click.command()
+@click.argument("module", type=click.Path(exists=True, dir_okay=False))
+@click.option("--inputs", "inputs_path", required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="JSONL, one input a line: {\"id\", \"argv\", \"stdin\", \"env\"}")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="JSONL results, one line per input; inputs already in it are skipped")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="runs at once [number of cores]")
+@click.option("--threads", is_flag=True, help="all runs as threads of this process")
+@click.option("--processes", is_flag=True, help="one worker process per concurrent run")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto|local",
+              help="run on a Ray cluster (needs the [ray] extra)")
+@click.option("--transcripts", is_flag=True, help="put each run's chat transcripts in its line")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True,
+              help="runs of an input whose worker died before it is reported as worker_lost")
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar on stderr [on when stderr is a terminal]")
+@host_options
+def batch(module: str, inputs_path: str, out_path: str, jobs: int | None, threads: bool,
+          processes: bool, ray_address: str | None, transcripts: bool, max_attempts: int,
+          progress: bool | None, **options: Any) -> None:
+    """Run MODULE once per input line, writing one result line per input.
+
+    By default the runs are spread over one worker process per core, each with
+    a warm Host, with threads inside each process for the rest of --jobs.
+    Interrupted batches resume: re-running skips inputs already in --out.
+    """
+    config = _config(options)
+    executor = _executor(jobs or os.cpu_count() or 1, threads, processes, ray_address,
+                         max_attempts)
+    show = progress if progress is not None else sys.stderr.isatty()
+    previous = signal.signal(signal.SIGTERM, _exit_on_term)
+    try:
+        with BatchProgress(enabled=show) as bar:
+            summary = run_batch(module, inputs_path, out_path, executor, config=config,
+                                transcripts=transcripts, on_start=bar.start,
+                                on_result=bar.advance)
+    except ModuleLoadError as exc:
+        click.echo(f"spearpy: {exc}", err=True)
+        sys.exit(65)
+    except BatchError as exc:
+        click.echo(f"spearpy: {exc}", err=True)
+        sys.exit(70 if isinstance(exc, WorkerError) else 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items())) or "none"
+    click.echo(f"spearpy batch: {summary.total} inputs, {summary.skipped} already done, "
+               f"{summary.written} run ({outcomes}) on {executor.describe()} in "
+               f"{summary.elapsed_s:.1f} s", err=True)
+    if summary.interrupted:
+        click.echo(f"spearpy batch: interrupted; run the same command again to finish the "
+                   f"{summary.total - summary.skipped - summary.written} remaining inputs",
+                   err=True)
+        sys.exit(130)
