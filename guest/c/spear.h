@@ -334,18 +334,25 @@ static inline int32_t sp_get_metrics(int32_t resp_fd, sp_buf *out) {
 
 /* ---- tiny JSON readers --------------------------------------------------
  * Enough for flat tool arguments and for the compact bodies the host
- * returns: they find the FIRST `"key":` anywhere in the text, at any depth.
- * Use a real parser for anything nested or adversarial. */
+ * returns: they find the FIRST `"key":` at any depth. String contents are
+ * skipped as whole tokens, so text inside a value never passes for a key.
+ * Use a real parser for anything where depth matters. */
+static inline const char *sp__skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
 static inline const char *sp_json_find(const char *json, const char *key) {
     size_t klen = strlen(key);
-    for (const char *p = json; (p = strchr(p, '"')) != NULL; p++) {
-        if (strncmp(p + 1, key, klen) != 0 || p[1 + klen] != '"') continue;
-        const char *q = p + 2 + klen;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        if (*q != ':') continue;
-        q++;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        return q;
+    const char *p = json;
+    while (*p) {
+        if (*p != '"') { p++; continue; }
+        const char *start = ++p;
+        while (*p && *p != '"') p += (*p == '\\' && p[1]) ? 2 : 1;
+        if (!*p) return NULL;
+        size_t n = (size_t)(p - start);
+        const char *q = sp__skip_ws(p + 1);
+        p++;
+        if (*q == ':' && n == klen && memcmp(start, key, klen) == 0) return sp__skip_ws(q + 1);
     }
     return NULL;
 }
