@@ -7,7 +7,6 @@ module) and the HTTP client are shared by all runs.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.metadata
 import os
@@ -20,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import wasmtime
 
 from spearpy import abi
-from spearpy.backends.factory import build_backend
+from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
-from spearpy.errors import ModuleLoadError
+from spearpy.embed import RunHandle, start_run
+from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
 from spearpy.instance import GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
@@ -90,6 +90,8 @@ class Host:
         self._lock = threading.Lock()
         self._backend_lock = threading.Lock()
         self._backends: dict[str, Backend] = {}
+        # Read now: a broken config file or cassette fails the Host, not a send.
+        self._catalog = BackendCatalog.from_config(config)
         self._ticker = _EpochTicker(self.engine)
         self._closed = False
 
@@ -170,16 +172,23 @@ class Host:
 
     def backend_for(self, name: object) -> tuple[Backend | None, str | None]:
         """The backend a session asked for (None = the default), or an error text."""
-        key = name if isinstance(name, str) and name else ""
+        catalog = self._catalog
+        key = catalog.resolve(name if isinstance(name, str) else "")
+        if key is None:
+            return None, catalog.unknown(str(name))
         with self._backend_lock:
             backend = self._backends.get(key)
             if backend is None:
-                if key:
-                    known = ", ".join(sorted(k for k in self._backends if k)) or "none"
-                    return None, (f"unknown backend {key!r}; configured backends: {known}")
-                backend = build_backend(self.config)
+                try:
+                    backend = catalog.build(key)
+                except ConfigError as exc:  # e.g. a scripted backend's script is unreadable
+                    return None, f"backend {key!r} cannot start: {exc}"
                 self._backends[key] = backend
         return backend, None
+
+    def replay_mismatch(self) -> str | None:
+        """Where a replayed run first diverged from its cassette (None: it did not)."""
+        return self._catalog.replay_mismatch()
 
     # ---- runs --------------------------------------------------------------
 
@@ -217,11 +226,19 @@ class Host:
             return _with_events(result, collected)
         return result
 
+    def start(self, module: str | os.PathLike[str] | bytes | LoadedModule,
+              argv: list[str] | tuple[str, ...] = (), **kwargs: Any) -> RunHandle:
+        """`run` on a thread of its own; the handle's `cancel()` stops it from
+        any thread and `result()` waits for its RunResult."""
+        return start_run(self, module, argv, **kwargs)
+
     async def run_async(self, module: str | os.PathLike[str] | bytes | LoadedModule,
                         argv: list[str] | tuple[str, ...] = (), **kwargs: Any) -> RunResult:
-        """`run` on a worker thread, so the event loop keeps serving while a
-        guest waits on its model."""
-        return await asyncio.to_thread(self.run, module, argv, **kwargs)
+        """`run` without blocking the event loop. A thread per run, not
+        asyncio's default executor (min(32, cores + 4) threads): runs mostly
+        wait on the model and must not queue behind each other. Cancelling
+        the awaiting task cancels the guest."""
+        return await self.start(module, argv, **kwargs).wait()
 
     def transcript_of(self, run: GuestRun, session: ChatSession) -> dict[str, Any]:
         return {
