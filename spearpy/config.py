@@ -33,7 +33,14 @@ class HostConfig(BaseSettings):
     )
     api_key_env: str = "OPENAI_API_KEY"
     model: str | None = None
-    backend: str | None = None  # "scripted:FILE" / "replay:FILE"; None = the OpenAI-compatible one
+    # A configured backend name, `openai`, `anthropic`, `scripted:FILE` or
+    # `replay:FILE`; None = the config file's default, else `openai`.
+    backend: str | None = None
+    quirks: str = "none"  # quirk profile of the flag/env backend (spearpy.backends.quirks)
+    # Named backends (TOML); None = ~/.config/spearpy/config.toml when it exists.
+    config_file: Path | None = Field(
+        None, validation_alias="SPEARPY_CONFIG")
+    record: Path | None = None  # write every upstream exchange to this cassette
     # openai-python uses 600 s; agents wait on tools too, so fail a stuck upstream sooner.
     request_timeout: float = Field(120.0, gt=0)
     # openai-python retries twice by default.

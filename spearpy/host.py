@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import wasmtime
 
 from spearpy import abi
-from spearpy.backends.factory import build_backend
+from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
-from spearpy.errors import ModuleLoadError
+from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
 from spearpy.instance import GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
@@ -90,6 +90,8 @@ class Host:
         self._lock = threading.Lock()
         self._backend_lock = threading.Lock()
         self._backends: dict[str, Backend] = {}
+        # Read now: a broken config file or cassette fails the Host, not a send.
+        self._catalog = BackendCatalog.from_config(config)
         self._ticker = _EpochTicker(self.engine)
         self._closed = False
 
@@ -170,16 +172,23 @@ class Host:
 
     def backend_for(self, name: object) -> tuple[Backend | None, str | None]:
         """The backend a session asked for (None = the default), or an error text."""
-        key = name if isinstance(name, str) and name else ""
+        catalog = self._catalog
+        key = catalog.resolve(name if isinstance(name, str) else "")
+        if key is None:
+            return None, catalog.unknown(str(name))
         with self._backend_lock:
             backend = self._backends.get(key)
             if backend is None:
-                if key:
-                    known = ", ".join(sorted(k for k in self._backends if k)) or "none"
-                    return None, (f"unknown backend {key!r}; configured backends: {known}")
-                backend = build_backend(self.config)
+                try:
+                    backend = catalog.build(key)
+                except ConfigError as exc:  # e.g. a scripted backend's script is unreadable
+                    return None, f"backend {key!r} cannot start: {exc}"
                 self._backends[key] = backend
         return backend, None
+
+    def replay_mismatch(self) -> str | None:
+        """Where a replayed run first diverged from its cassette (None: it did not)."""
+        return self._catalog.replay_mismatch()
 
     # ---- runs --------------------------------------------------------------
 

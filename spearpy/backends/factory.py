@@ -1,10 +1,15 @@
-"""Turns host configuration into a Backend."""
+"""Turns one backend spec into a live Backend."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spearpy.backends.anthropic import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, AnthropicBackend
+from spearpy.backends.config_file import BackendSpec
+from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
 from spearpy.backends.openai import OpenAIBackend
+from spearpy.backends.quirks import QuirkProfile
 from spearpy.backends.retry import RetryPolicy
 from spearpy.errors import ConfigError
 
@@ -13,11 +18,22 @@ if TYPE_CHECKING:
     from spearpy.config import HostConfig
 
 
+@dataclass(frozen=True, slots=True)
+class HostDefaults:
+    """Host-wide values a spec falls back to."""
+
+    model: str | None = None
+    request_timeout: float = 120.0
+    max_retries: int = 2
+
+
 class ScriptedBackend(OpenAIBackend):
     """The built-in offline model: a loopback spearpy.testing server answering
     from a script, reached over real HTTP so the whole upstream path runs."""
 
-    def __init__(self, script_path: str, config: HostConfig) -> None:
+    def __init__(self, script_path: str, config: HostConfig | HostDefaults, *,
+                 name: str = "scripted", quirks: QuirkProfile | str | None = None,
+                 wrap_transport: TransportWrapper | None = None) -> None:
         from spearpy.testing import Script, ScriptedServer
 
         try:
@@ -26,11 +42,12 @@ class ScriptedBackend(OpenAIBackend):
             raise ConfigError(f"cannot load the scripted model {script_path!r}: {exc}") from exc
         self._server = ScriptedServer(script)
         self._server.start()
-        super().__init__(name="scripted", base_url=self._server.base_url,
+        super().__init__(name=name, base_url=self._server.base_url,
                          api_key_env="",  # the loopback model needs no key: never send it
                          default_model=config.model or "scripted",
                          request_timeout=config.request_timeout,
-                         retry=RetryPolicy(max_retries=config.max_retries))
+                         retry=RetryPolicy(max_retries=config.max_retries),
+                         quirks=quirks, wrap_transport=wrap_transport)
 
     @property
     def server(self) -> object:
@@ -41,13 +58,38 @@ class ScriptedBackend(OpenAIBackend):
         self._server.stop()
 
 
+def build_from_spec(name: str, spec: BackendSpec, defaults: HostDefaults,
+                    wrap: TransportWrapper | None = None) -> HTTPBackend:
+    """A backend of kind openai, anthropic or scripted (replay is the catalog's)."""
+    timeout = spec.request_timeout or defaults.request_timeout
+    retries = spec.max_retries if spec.max_retries is not None else defaults.max_retries
+    model = spec.model or defaults.model
+    if spec.kind == "scripted":
+        assert spec.script is not None  # BackendSpec.problem() guarantees it
+        return ScriptedBackend(str(spec.script), HostDefaults(model, timeout, retries),
+                               name=name, quirks=spec.quirks, wrap_transport=wrap)
+    if spec.kind == "anthropic":
+        return AnthropicBackend(
+            name=name, base_url=spec.url(), api_key_env=spec.key_env(), default_model=model,
+            request_timeout=timeout, retry=RetryPolicy(max_retries=retries), quirks=spec.quirks,
+            wrap_transport=wrap, max_tokens=spec.max_tokens or DEFAULT_MAX_TOKENS,
+            anthropic_version=spec.anthropic_version or ANTHROPIC_VERSION,
+        )  # fmt: skip
+    if spec.kind == "openai":
+        return OpenAIBackend(
+            name=name, base_url=spec.url(), api_key_env=spec.key_env(), default_model=model,
+            request_timeout=timeout, retry=RetryPolicy(max_retries=retries), quirks=spec.quirks,
+            wrap_transport=wrap,
+        )  # fmt: skip
+    raise ConfigError(f"backend {name!r}: kind {spec.kind!r} cannot be built here")
+
+
 def build_backend(config: HostConfig) -> Backend:
-    spec = config.backend
-    if spec is None or spec == "openai":
-        return OpenAIBackend(base_url=config.base_url, api_key_env=config.api_key_env,
-                             default_model=config.model, request_timeout=config.request_timeout,
-                             retry=RetryPolicy(max_retries=config.max_retries))
-    kind, _, arg = spec.partition(":")
-    if kind == "scripted" and arg:
-        return ScriptedBackend(arg, config)
-    raise ConfigError(f"unknown backend {spec!r}: use `openai` or `scripted:FILE`")
+    """The backend a session gets when it names none (kept for callers that
+    want one backend without a Host)."""
+    from spearpy.backends.catalog import BackendCatalog
+
+    catalog = BackendCatalog.from_config(config)
+    backend = catalog.build(catalog.default)
+    assert backend is not None
+    return backend

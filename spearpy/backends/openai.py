@@ -1,44 +1,32 @@
-"""The OpenAI-compatible chat-completions backend (httpx, one shared client).
+"""The OpenAI-compatible chat-completions backend: OpenAI itself and every server
+that speaks its wire format (vLLM, llama.cpp, Ollama /v1, Mistral, ...).
 
-Every failure becomes a CompletionResult with an UpstreamError: a guest gets an
-error body, never a host exception. The API key is read from the environment
-once, sent only as the Authorization header, and never stored anywhere a log,
-transcript or error message could pick it up.
+The differences between those servers live in quirk profiles
+(`spearpy.backends.quirks`), not here.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from dataclasses import dataclass
-from typing import Any
-
 import httpx
-import tenacity
 
 from spearpy.backends.base import CompletionRequest
-from spearpy.backends.retry import (
-    RetryPolicy,
-    backoff_delay,
-    retry_after_seconds,
-    status_is_retryable,
+from spearpy.backends.httpbackend import (
+    MAX_RESPONSE_BYTES,
+    HTTPBackend,
+    TransportWrapper,
+    error_details,
 )
-from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
+from spearpy.backends.quirks import QuirkProfile
+from spearpy.backends.retry import RetryPolicy
+from spearpy.chat.protocol import JSONDict
 
-# A chat completion is a few KiB; 32 MiB is far past any honest answer and
-# stops a hostile upstream from filling the host's memory.
-MAX_RESPONSE_BYTES = 32 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    result: CompletionResult
-    retryable: bool
-    server_delay: float | None = None
+__all__ = ["MAX_RESPONSE_BYTES", "OpenAIBackend", "error_details"]
 
 
-class OpenAIBackend:
+class OpenAIBackend(HTTPBackend):
+    kind = "openai"
+    path = "/chat/completions"
+
     def __init__(
         self,
         *,
@@ -50,27 +38,14 @@ class OpenAIBackend:
         retry: RetryPolicy | None = None,
         client: httpx.Client | None = None,
         max_connections: int = 64,
+        quirks: QuirkProfile | str | None = None,
+        wrap_transport: TransportWrapper | None = None,
     ) -> None:
-        self.name = name
-        self.default_model = default_model or ""
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._timeout = request_timeout
-        self._retry = retry or RetryPolicy()
-        self._owns_client = client is None
-        self._client = client or httpx.Client(
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-            follow_redirects=False,
-            trust_env=False,  # proxies from the environment must not see the key
-        )
-        key = os.environ.get(api_key_env, "") if api_key_env else ""
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        super().__init__(
+            name=name, base_url=base_url, api_key_env=api_key_env, default_model=default_model,
+            request_timeout=request_timeout, retry=retry, client=client,
+            max_connections=max_connections, quirks=quirks, wrap_transport=wrap_transport,
+        )  # fmt: skip
 
     def build_body(self, request: CompletionRequest) -> JSONDict:
         body: JSONDict = {"model": request.model, "messages": request.messages}
@@ -80,124 +55,5 @@ class OpenAIBackend:
             body.setdefault(key, value)
         return body
 
-    def complete(self, request: CompletionRequest) -> CompletionResult:
-        started = time.monotonic()
-        payload = json.dumps(self.build_body(request), separators=(",", ":"),
-                             ensure_ascii=False).encode()
-        last: list[_Attempt] = []
-
-        def attempt() -> _Attempt:
-            outcome = self._attempt(request, payload)
-            last.append(outcome)
-            return outcome
-
-        def wait(state: tenacity.RetryCallState) -> float:
-            previous = last[-1]
-            delay = backoff_delay(self._retry, state.attempt_number, previous.server_delay)
-            if request.deadline is not None:
-                delay = min(delay, max(0.0, request.deadline - time.monotonic()))
-            return delay
-
-        class _OutOfTime(tenacity.stop.stop_base):
-            def __call__(self, _state: tenacity.RetryCallState) -> bool:
-                return request.deadline is not None and time.monotonic() >= request.deadline
-
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(),
-            wait=wait,
-            retry=tenacity.retry_if_result(lambda a: a.retryable),
-            retry_error_callback=lambda state: last[-1],
-            reraise=False,
-        )
-        final: _Attempt = retrying(attempt)
-        result = final.result
-        return CompletionResult(
-            backend=result.backend, model=result.model, body=result.body, error=result.error,
-            latency_ms=(time.monotonic() - started) * 1000.0,
-        )
-
-    def _timeout_for(self, request: CompletionRequest) -> float:
-        timeout = self._timeout
-        if request.timeout_s is not None:
-            timeout = min(timeout, request.timeout_s)
-        if request.deadline is not None:
-            timeout = min(timeout, request.deadline - time.monotonic())
-        return max(timeout, 0.001)
-
-    def _fail(self, request: CompletionRequest, code: str, message: str,
-              status: int | None = None, retryable: bool = False,
-              server_delay: float | None = None) -> _Attempt:
-        return _Attempt(
-            CompletionResult(self.name, request.model,
-                             error=UpstreamError(code, message, status)),
-            retryable, server_delay,
-        )
-
-    def _attempt(self, request: CompletionRequest, payload: bytes) -> _Attempt:
-        if request.deadline is not None and time.monotonic() >= request.deadline:
-            return self._fail(request, "deadline_exceeded",
-                              "the run deadline passed before the request was sent")
-        try:
-            with self._client.stream("POST", self._url, content=payload, headers=self._headers,
-                                     timeout=self._timeout_for(request)) as response:
-                raw = bytearray()
-                for chunk in response.iter_bytes():
-                    raw += chunk
-                    if len(raw) > MAX_RESPONSE_BYTES:
-                        return self._fail(request, "upstream_response_too_large",
-                                          f"the upstream response exceeded {MAX_RESPONSE_BYTES} "
-                                          "bytes", response.status_code)
-                status = response.status_code
-                headers = dict(response.headers)
-        except httpx.TimeoutException as exc:
-            return self._fail(request, "upstream_timeout",
-                              f"upstream request timed out ({type(exc).__name__})", retryable=True)
-        except httpx.ConnectError as exc:
-            return self._fail(request, "upstream_unreachable",
-                              f"cannot connect to {self._url}: {_reason(exc)}", retryable=True)
-        except httpx.HTTPError as exc:
-            # Reset connections and truncated bodies: nothing usable arrived.
-            return self._fail(request, "upstream_protocol_error",
-                              f"{type(exc).__name__}: {_reason(exc)}", retryable=True)
-        return self._interpret(request, status, headers, bytes(raw))
-
-    def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
-                   raw: bytes) -> _Attempt:
-        try:
-            body: Any = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            body = None
-        if not 200 <= status < 300:
-            message, code = _error_details(body, raw)
-            return self._fail(
-                request, "upstream_http_error",
-                f"upstream answered HTTP {status}: {message}", status,
-                retryable=status_is_retryable(status, code),
-                server_delay=retry_after_seconds(headers),
-            )
-        if not isinstance(body, dict):
-            return self._fail(request, "upstream_bad_json",
-                              "upstream answered 200 with a body that is not a JSON object "
-                              f"({len(raw)} bytes)", status)
-        model = body.get("model") if isinstance(body.get("model"), str) else request.model
-        return _Attempt(CompletionResult(self.name, str(model), body=body), retryable=False)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]
-
-
-def _error_details(body: Any, raw: bytes) -> tuple[str, str | None]:
-    """The upstream's own error message and code, when it sent one."""
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            message = err.get("message")
-            code = err.get("code") if isinstance(err.get("code"), str) else err.get("type")
-            if isinstance(message, str):
-                return message[:1000], code if isinstance(code, str) else None
-        if isinstance(err, str):
-            return err[:1000], None
-    text = raw[:300].decode("utf-8", "replace").strip()
-    return (text or "(empty body)"), None
+    def encode(self, request: CompletionRequest) -> JSONDict:
+        return self.build_body(request)

@@ -26,6 +26,8 @@ class RetryPolicy:
     max_retries: int = 2
     initial_delay: float = INITIAL_RETRY_DELAY
     max_delay: float = MAX_RETRY_DELAY
+    # Replay serves recorded answers instantly: waiting there only slows tests.
+    honour_server_delay: bool = True
 
 
 def status_is_retryable(status: int, error_code: str | None) -> bool:
@@ -60,7 +62,7 @@ def retry_after_seconds(headers: dict[str, str]) -> float | None:
 
 def backoff_delay(policy: RetryPolicy, retry_number: int, server_hint: float | None) -> float:
     """Delay before retry number `retry_number` (1-based)."""
-    if server_hint is not None:
+    if server_hint is not None and policy.honour_server_delay:
         return server_hint
     delay: float = min(policy.initial_delay * 2.0 ** (retry_number - 1), policy.max_delay)
     return delay * (1 - 0.25 * random.random())

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from spearpy.config import HostConfig
+from spearpy.errors import ConfigError
 from spearpy.host import Host
 
 # Options shared by every command that runs guests; None = not given, so the
@@ -15,7 +16,14 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--base-url", {"help": "OpenAI-compatible base URL [env OPENAI_BASE_URL]"}),
     ("--api-key-env", {"help": "name of the env var holding the API key [OPENAI_API_KEY]"}),
     ("--model", {"help": "model used when the guest sets none [env SPEARPY_MODEL]"}),
-    ("--backend", {"help": "`openai` (default) or `scripted:FILE` (built-in offline model)"}),
+    ("--backend", {"help": "a configured backend name, `openai`, `anthropic`, `scripted:FILE` "
+                           "(built-in offline model) or `replay:FILE` (a recorded run)"}),
+    ("--config", {"type": click.Path(dir_okay=False), "help": "TOML file of named backends "
+                  "[env SPEARPY_CONFIG; ~/.config/spearpy/config.toml]"}),
+    ("--quirks", {"help": "quirk profile of the flag/env backend: none, ollama, llamacpp, "
+                          "vllm, mistral"}),
+    ("--record", {"type": click.Path(dir_okay=False),
+                  "help": "write every upstream exchange to this cassette (secrets removed)"}),
     ("--request-timeout", {"type": float, "help": "seconds per upstream request"}),
     ("--max-retries", {"type": int, "help": "retries of a failed upstream request [2]"}),
     ("--max-iterations", {"type": int, "help": "default completions per auto send [8]"}),
@@ -41,9 +49,11 @@ def host_from_options(options: dict[str, Any]) -> Host:
     given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
     if options.get("no_cache"):
         given["cache_dir"] = None
+    if "config" in given:
+        given["config_file"] = given.pop("config")
     try:
         return Host(HostConfig(**given))
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
 
 

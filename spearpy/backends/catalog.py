@@ -1,0 +1,143 @@
+"""Which backends a host offers, which one is the default, and building them.
+
+Sources, merged once when the Host starts:
+- the TOML config file's `[backends.NAME]` tables and its `default`;
+- the flags / environment (`--backend`, `--base-url`, `--api-key-env`,
+  `--model`, `--quirks`, ...), which describe one more backend named after its
+  kind (`openai`, `anthropic`, `scripted`) and make it the default; `--backend
+  NAME` instead picks a configured backend as the default;
+- `--backend replay:FILE` replaces all of that with the backends recorded in
+  the cassette, each replaying its exchanges;
+- `--record FILE` wraps every backend built so its exchanges land in FILE.
+
+Backends are built lazily (a scripted one starts a server), once per name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+
+from spearpy.backends.cassette import CassetteWriter
+from spearpy.backends.config_file import BackendSpec, load_config_file
+from spearpy.backends.factory import HostDefaults, build_from_spec
+from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
+from spearpy.backends.record import RecordingTransport
+from spearpy.backends.replay import ReplayCursor, replay_backend
+from spearpy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from spearpy.config import HostConfig
+
+_SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
+
+
+class BackendCatalog:
+    def __init__(self, specs: dict[str, BackendSpec], default: str, defaults: HostDefaults,
+                 *, record: str | None = None, replay: ReplayCursor | None = None) -> None:
+        if default not in specs:
+            raise ConfigError(f"the default backend {default!r} is not configured")
+        self.specs = dict(specs)
+        self.default = default
+        self.defaults = defaults
+        self.replay = replay  # set when the whole host replays one cassette
+        self.writer = CassetteWriter(record) if record else None
+        self._cursors: dict[str, ReplayCursor] = {}
+        if self.writer is not None:
+            self.writer.set_default(default)
+
+    @classmethod
+    def from_config(cls, config: HostConfig) -> BackendCatalog:
+        defaults = HostDefaults(config.model, config.request_timeout, config.max_retries)
+        record = str(config.record) if config.record is not None else None
+        chosen = config.backend
+        if chosen is not None and chosen.startswith("replay:"):
+            cursor = ReplayCursor(chosen.removeprefix("replay:"))
+            names = list(cursor.data["backends"])
+            if not names:
+                raise ConfigError(f"the cassette {cursor.path!r} recorded no backend")
+            specs = {n: BackendSpec(kind="replay", cassette=cursor.path) for n in names}
+            return cls(specs, cursor.data.get("default") or names[0], defaults, record=record,
+                       replay=cursor)
+        specs, default = load_config_file(config.config_file)
+        if chosen is not None and chosen in specs:
+            default = chosen
+        elif chosen is not None:
+            kind, _, arg = chosen.partition(":")
+            specs[kind] = _flag_spec(config, kind, arg)
+            default = kind
+        elif default is None:
+            specs.setdefault("openai", _flag_spec(config, "openai", ""))
+            default = "openai"
+        return cls(specs, default, defaults, record=record)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.specs)
+
+    def resolve(self, name: str) -> str | None:
+        """The canonical name for a session's `backend` param ("" = the default)."""
+        if not name:
+            return self.default
+        return name if name in self.specs else None
+
+    def unknown(self, name: str) -> str:
+        return f"unknown backend {name!r}; configured backends: {', '.join(self.names)}"
+
+    def build(self, name: str) -> HTTPBackend:
+        spec = self.specs[name]
+        wrap = self._recording_wrapper(name)
+        if spec.kind == "replay":
+            backend = self._build_replay(name, spec, wrap)
+        else:
+            backend = build_from_spec(name, spec, self.defaults, wrap)
+        if self.writer is not None:
+            self.writer.add_backend(name, backend.describe())
+        return backend
+
+    def _build_replay(self, name: str, spec: BackendSpec,
+                      wrap: TransportWrapper | None) -> HTTPBackend:
+        if self.replay is not None:
+            return replay_backend(self.replay, name, wrap=wrap)
+        # A configured replay backend serves its cassette's exchanges in order,
+        # as the backend recorded there, under its configured name.
+        cursor = self._cursors.get(name)
+        if cursor is None:
+            assert spec.cassette is not None  # BackendSpec.problem() guarantees it
+            cursor = self._cursors[name] = ReplayCursor(spec.cassette)
+        recorded = cursor.data.get("default") or next(iter(cursor.data["backends"]), None)
+        if recorded is None:
+            raise ConfigError(f"backend {name!r}: the cassette {cursor.path!r} recorded no "
+                              "backend")
+        return replay_backend(cursor, recorded, name, strict_backend=False, wrap=wrap)
+
+    def _recording_wrapper(self, name: str) -> TransportWrapper | None:
+        writer = self.writer
+        if writer is None:
+            return None
+
+        def wrap(inner: httpx.BaseTransport) -> httpx.BaseTransport:
+            return RecordingTransport(inner, writer, name)
+
+        return wrap
+
+    def replay_mismatch(self) -> str | None:
+        """The first divergence any replay of this catalog hit, if one did."""
+        cursors = [self.replay] if self.replay is not None else list(self._cursors.values())
+        return next((c.mismatch for c in cursors if c is not None and c.mismatch), None)
+
+
+def _flag_spec(config: HostConfig, kind: str, arg: str) -> BackendSpec:
+    """The backend the flags and environment describe."""
+    given = config.model_fields_set
+    if kind == "scripted" and arg:
+        return BackendSpec(kind="scripted", script=arg, quirks=config.quirks)
+    if kind in ("openai", "anthropic") and not arg:
+        return BackendSpec(
+            kind=kind,
+            base_url=config.base_url if "base_url" in given else None,
+            api_key_env=config.api_key_env if "api_key_env" in given else None,
+            quirks=config.quirks,
+        )
+    raise ConfigError(f"unknown backend {config.backend!r}: {_SPEC_HELP}")

@@ -1,0 +1,156 @@
+"""Named backends from a TOML file (`--config`, SPEARPY_CONFIG, or
+~/.config/spearpy/config.toml when present).
+
+```toml
+default = "local"                 # optional: the backend a session gets when it names none
+
+[backends.local]
+kind = "openai"                   # openai | anthropic | scripted | replay
+base_url = "http://127.0.0.1:11434/v1"
+api_key_env = ""                  # name of the env var holding the key; "" = send none
+model = "qwen2.5:7b"
+quirks = "ollama"                 # none | ollama | llamacpp | vllm | mistral
+request_timeout = 300
+max_retries = 1
+
+[backends.claude]
+kind = "anthropic"
+model = "claude-sonnet-4-5"
+max_tokens = 8192
+```
+
+The whole file is validated when the host starts, so a typo fails at once
+with the offending key named, not at the guest's first send.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from spearpy.backends.quirks import PROFILES, quirk_profile
+from spearpy.errors import ConfigError
+
+Kind = Literal["openai", "anthropic", "scripted", "replay"]
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+}
+DEFAULT_KEY_ENVS: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+class BackendSpec(BaseModel):
+    """One named backend. None = take the host-wide value (flags / env)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Kind = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    model: str | None = None
+    request_timeout: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=10)
+    quirks: str = "none"
+    max_tokens: int | None = Field(None, gt=0)  # anthropic: the required max_tokens
+    anthropic_version: str | None = None
+    script: Path | None = None  # scripted: the script file
+    cassette: Path | None = None  # replay: the cassette file
+
+    @field_validator("quirks")
+    @classmethod
+    def _known_quirks(cls, value: str) -> str:
+        try:
+            return quirk_profile(value).name
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def url(self) -> str:
+        return self.base_url or DEFAULT_BASE_URLS.get(self.kind, DEFAULT_BASE_URLS["openai"])
+
+    def key_env(self) -> str:
+        if self.api_key_env is not None:
+            return self.api_key_env
+        return DEFAULT_KEY_ENVS.get(self.kind, "")
+
+    def problem(self) -> str | None:
+        if self.kind == "scripted" and self.script is None:
+            return "kind 'scripted' needs `script` (the script file)"
+        if self.kind == "replay" and self.cassette is None:
+            return "kind 'replay' needs `cassette` (the cassette file)"
+        return None
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "spearpy" / "config.toml"
+
+
+def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
+    """(backends by name, the file's default) from `path`, or from the default
+    location if `path` is None and that file exists."""
+    explicit = path is not None
+    path = path if path is not None else default_config_path()
+    if not explicit and not path.is_file():
+        return {}, None
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {str(path)!r}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from exc
+    return parse_config(raw, path)
+
+
+def parse_config(raw: dict[str, object], path: Path) -> tuple[dict[str, BackendSpec], str | None]:
+    where = f"config file {str(path)!r}"
+    unknown = sorted(set(raw) - {"default", "backends"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: default, backends")
+    tables = raw.get("backends", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{where}: `backends` must be a table of [backends.NAME] tables")
+    specs: dict[str, BackendSpec] = {}
+    for name, table in tables.items():
+        if not NAME.match(name):
+            raise ConfigError(f"{where}: backend name {name!r} must match {NAME.pattern}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: [backends.{name}] must be a table")
+        try:
+            spec = BackendSpec.model_validate(table)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: [backends.{name}]: {_first_error(exc)}") from None
+        problem = spec.problem()
+        if problem is not None:
+            raise ConfigError(f"{where}: [backends.{name}]: {problem}")
+        specs[name] = _relative_to(spec, path.parent)
+    default = raw.get("default")
+    if default is not None and (not isinstance(default, str) or default not in specs):
+        known = ", ".join(specs) or "none"
+        raise ConfigError(f"{where}: default {default!r} is not a configured backend "
+                          f"(configured: {known})")
+    return specs, default
+
+
+def _relative_to(spec: BackendSpec, base: Path) -> BackendSpec:
+    # Script and cassette paths in a config file are relative to the file.
+    update = {key: base / value for key, value in (("script", spec.script),
+                                                   ("cassette", spec.cassette))
+              if value is not None and not value.is_absolute()}
+    return spec.model_copy(update=update) if update else spec
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(table)"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {message}"
+
+
+__all__ = ["PROFILES", "BackendSpec", "default_config_path", "load_config_file", "parse_config"]

@@ -1,0 +1,276 @@
+"""What every HTTP backend shares: one httpx client, retries, limits, errors as values.
+
+A dialect (OpenAI chat completions, Anthropic Messages) subclasses
+`HTTPBackend` and supplies three pure steps: `encode` (CompletionRequest ->
+wire JSON), `auth_headers`, and `decode` (wire JSON -> an OpenAI-shaped chat
+completion). A quirk profile adjusts the wire body on the way out and the
+answer on the way back. Record and replay plug in below all of this, as an
+httpx transport (`wrap_transport`), so the same code runs live, recorded and
+replayed.
+
+Every failure becomes a CompletionResult with an UpstreamError: a guest gets
+an error body, never a host exception. The API key is read from the
+environment once, sent only in the auth headers, and never stored anywhere a
+log, transcript, cassette or error message could pick it up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httpx
+import tenacity
+
+from spearpy.backends.base import CompletionRequest
+from spearpy.backends.quirks import QuirkProfile, quirk_profile
+from spearpy.backends.retry import (
+    RetryPolicy,
+    backoff_delay,
+    retry_after_seconds,
+    status_is_retryable,
+)
+from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
+
+# A chat completion is a few KiB; 32 MiB is far past any honest answer and
+# stops a hostile upstream from filling the host's memory.
+MAX_RESPONSE_BYTES = 32 << 20
+UPSTREAM_BAD_RESPONSE = "upstream_bad_response"
+
+TransportWrapper = Callable[[httpx.BaseTransport], httpx.BaseTransport]
+
+
+class TransportRefusal(Exception):
+    """Raised by a transport that will not carry a request (replay divergence):
+    the backend fails the request with `code` at once, without retrying."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class DecodeError(Exception):
+    """A 2xx body the dialect cannot turn into a chat completion."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    result: CompletionResult
+    retryable: bool
+    server_delay: float | None = None
+
+
+class HTTPBackend:
+    kind: ClassVar[str] = "http"
+    path: ClassVar[str] = "/chat/completions"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        api_key_env: str = "",
+        default_model: str | None = None,
+        request_timeout: float = 120.0,
+        retry: RetryPolicy | None = None,
+        client: httpx.Client | None = None,
+        max_connections: int = 64,
+        quirks: QuirkProfile | str | None = None,
+        wrap_transport: TransportWrapper | None = None,
+    ) -> None:
+        self.name = name
+        self.default_model = default_model or ""
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.quirks = quirk_profile(quirks) if not isinstance(quirks, QuirkProfile) else quirks
+        self._url = base_url.rstrip("/") + self.path
+        self._timeout = request_timeout
+        self._retry = retry or RetryPolicy()
+        self._owns_client = client is None
+        if client is None:
+            limits = httpx.Limits(max_connections=max_connections,
+                                  max_keepalive_connections=max_connections)
+            transport: httpx.BaseTransport = httpx.HTTPTransport(limits=limits)
+            if wrap_transport is not None:
+                transport = wrap_transport(transport)
+            client = httpx.Client(
+                transport=transport,
+                follow_redirects=False,
+                trust_env=False,  # proxies from the environment must not see the key
+            )
+        self._client = client
+        key = os.environ.get(api_key_env, "") if api_key_env else ""
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if key:
+            self._headers.update(self.auth_headers(key))
+
+    # ---- what a dialect supplies -------------------------------------------
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def encode(self, request: CompletionRequest) -> JSONDict:
+        raise NotImplementedError
+
+    def decode(self, request: CompletionRequest, body: JSONDict) -> JSONDict:
+        """The OpenAI-shaped chat completion for a 2xx body (DecodeError if none)."""
+        return body
+
+    def describe(self) -> dict[str, Any]:
+        """What a cassette needs to rebuild this backend for replay (no secrets)."""
+        return {
+            "kind": self.kind, "base_url": self.base_url, "model": self.default_model,
+            "quirks": self.quirks.name, "max_retries": self._retry.max_retries,
+            "request_timeout": self._timeout,
+        }  # fmt: skip
+
+    # ---- the request cycle -------------------------------------------------
+
+    def wire_body(self, request: CompletionRequest) -> JSONDict:
+        """The JSON actually sent: the dialect's encoding after the quirk profile."""
+        return self.quirks.prepare(self.encode(request))
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def complete(self, request: CompletionRequest) -> CompletionResult:
+        started = time.monotonic()
+        payload = json.dumps(self.wire_body(request), separators=(",", ":"),
+                             ensure_ascii=False).encode()
+        last: list[_Attempt] = []
+
+        def attempt() -> _Attempt:
+            outcome = self._attempt(request, payload)
+            last.append(outcome)
+            return outcome
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            previous = last[-1]
+            delay = backoff_delay(self._retry, state.attempt_number, previous.server_delay)
+            if request.deadline is not None:
+                delay = min(delay, max(0.0, request.deadline - time.monotonic()))
+            return delay
+
+        class _OutOfTime(tenacity.stop.stop_base):
+            def __call__(self, _state: tenacity.RetryCallState) -> bool:
+                return request.deadline is not None and time.monotonic() >= request.deadline
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(),
+            wait=wait,
+            retry=tenacity.retry_if_result(lambda a: a.retryable),
+            retry_error_callback=lambda state: last[-1],
+            reraise=False,
+        )
+        final: _Attempt = retrying(attempt)
+        result = final.result
+        return CompletionResult(
+            backend=result.backend, model=result.model, body=result.body, error=result.error,
+            latency_ms=(time.monotonic() - started) * 1000.0,
+        )
+
+    def _timeout_for(self, request: CompletionRequest) -> float:
+        timeout = self._timeout
+        if request.timeout_s is not None:
+            timeout = min(timeout, request.timeout_s)
+        if request.deadline is not None:
+            timeout = min(timeout, request.deadline - time.monotonic())
+        return max(timeout, 0.001)
+
+    def _fail(self, request: CompletionRequest, code: str, message: str,
+              status: int | None = None, retryable: bool = False,
+              server_delay: float | None = None) -> _Attempt:
+        return _Attempt(
+            CompletionResult(self.name, request.model,
+                             error=UpstreamError(code, message, status)),
+            retryable, server_delay,
+        )
+
+    def _attempt(self, request: CompletionRequest, payload: bytes) -> _Attempt:
+        if request.deadline is not None and time.monotonic() >= request.deadline:
+            return self._fail(request, "deadline_exceeded",
+                              "the run deadline passed before the request was sent")
+        try:
+            with self._client.stream("POST", self._url, content=payload, headers=self._headers,
+                                     timeout=self._timeout_for(request)) as response:
+                raw = bytearray()
+                for chunk in response.iter_bytes():
+                    raw += chunk
+                    if len(raw) > MAX_RESPONSE_BYTES:
+                        return self._fail(request, "upstream_response_too_large",
+                                          f"the upstream response exceeded {MAX_RESPONSE_BYTES} "
+                                          "bytes", response.status_code)
+                status = response.status_code
+                headers = dict(response.headers)
+        except TransportRefusal as exc:
+            return self._fail(request, exc.code, exc.message)
+        except httpx.TimeoutException as exc:
+            return self._fail(request, "upstream_timeout",
+                              f"upstream request timed out ({type(exc).__name__})", retryable=True)
+        except httpx.ConnectError as exc:
+            return self._fail(request, "upstream_unreachable",
+                              f"cannot connect to {self._url}: {_reason(exc)}", retryable=True)
+        except httpx.HTTPError as exc:
+            # Reset connections and truncated bodies: nothing usable arrived.
+            return self._fail(request, "upstream_protocol_error",
+                              f"{type(exc).__name__}: {_reason(exc)}", retryable=True)
+        return self._interpret(request, status, headers, bytes(raw))
+
+    def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
+                   raw: bytes) -> _Attempt:
+        try:
+            body: Any = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            body = None
+        if not 200 <= status < 300:
+            message, code = error_details(body, raw)
+            return self._fail(
+                request, "upstream_http_error",
+                f"upstream answered HTTP {status}: {self.quirks.explain(status, message)}",
+                status, retryable=status_is_retryable(status, code),
+                server_delay=retry_after_seconds(headers),
+            )
+        if not isinstance(body, dict):
+            return self._fail(request, "upstream_bad_json",
+                              "upstream answered 200 with a body that is not a JSON object "
+                              f"({len(raw)} bytes)", status)
+        try:
+            completion = self.quirks.adapt(self.decode(request, body))
+        except DecodeError as exc:
+            return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc), status)
+        model = completion.get("model")
+        model = model if isinstance(model, str) and model else request.model
+        return _Attempt(CompletionResult(self.name, model, body=completion), retryable=False)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def error_details(body: Any, raw: bytes) -> tuple[str, str | None]:
+    """The upstream's own error message and code, when it sent one.
+
+    OpenAI nests {"error": {"message", "code"|"type"}}; Anthropic sends
+    {"type": "error", "error": {"type", "message"}}; vLLM and llama.cpp put
+    the message at the top level or use an integer code.
+    """
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            message = err.get("message")
+            code = err.get("code") if isinstance(err.get("code"), str) else err.get("type")
+            if isinstance(message, str):
+                return message[:1000], code if isinstance(code, str) else None
+        if isinstance(err, str):
+            return err[:1000], None
+        if isinstance(body.get("message"), str):
+            return str(body["message"])[:1000], None
+    text = raw[:300].decode("utf-8", "replace").strip()
+    return (text or "(empty body)"), None
