@@ -82,6 +82,7 @@ class Observability:
         # closes, logging leaves the log file before it closes.
         self._stack = contextlib.ExitStack()
         self.metrics: Metrics | None = None
+        self.metrics_port: int | None = None  # the bound port (--metrics-port 0 picks one)
         self._metrics_file: str | None = opts.get("metrics_file")
         try:
             self._setup(opts, api_key_env)
@@ -105,7 +106,8 @@ class Observability:
             self.metrics = Metrics()
             self.sink.add(self.metrics)
             if opts.get("metrics_port") is not None:
-                self._serve_metrics(self.metrics, opts["metrics_port"], opts["metrics_addr"])
+                self._serve_metrics(self.metrics, opts["metrics_port"],
+                                    opts.get("metrics_addr") or "127.0.0.1")
         if opts.get("otel") or opts.get("otel_spans"):
             self._setup_otel(opts.get("otel_spans"))
         if not opts.get("quiet") and not self._logs_on_stderr:
@@ -136,6 +138,8 @@ class Observability:
             raise click.UsageError(f"--metrics-port {port}: {exc.strerror or exc}") from exc
         server = served[0] if isinstance(served, tuple) else None
         if server is not None:
+            self.metrics_port = int(server.server_port)
+            self._stack.callback(server.server_close)
             self._stack.callback(server.shutdown)
 
     def _setup_otel(self, spans_file: str | None) -> None:

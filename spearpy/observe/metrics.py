@@ -91,7 +91,7 @@ class Metrics:
             if error is not None:
                 self.tool_failures.labels(str(error)).inc()
             self.tool_output_bytes.inc(int(data.get("output_bytes") or 0))
-            if not data.get("cached") and data.get("rc") is not None:
+            if data.get("executed", not data.get("cached")):
                 self.tool_duration.observe(float(data.get("duration_ms") or 0.0) / 1000.0)
         elif kind == ev.SEND_END:
             self.sends.labels(str(data.get("outcome")), str(data.get("error") or "")).inc()
