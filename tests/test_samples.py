@@ -140,8 +140,9 @@ def test_host_keeps_working_after_hostile_guests() -> None:
                 cache_dir=None, max_retries=0, fuel=2_000_000_000, max_memory=256 << 20)
     try:
         outcomes = {}
+        # Samples that need no particular script (oob_pointers takes any reply).
         for name in ["c_infinite_loop", "c_memory_bomb", "c_fd_exhaustion", "c_oob_pointers",
-                     "c_trap_tool", "rust_panic_tool", "c_tool_sum", "rust_tool_sum"]:
+                     "c_log_flood", "c_tool_sum", "rust_tool_sum"]:
             result = host.run(ROOT / BY_NAME[name]["wasm"])
             outcomes[name] = (result.outcome, result.exit_code)
             if name.endswith("tool_sum"):
@@ -149,7 +150,4 @@ def test_host_keeps_working_after_hostile_guests() -> None:
     finally:
         host.close()
     assert outcomes.pop("c_infinite_loop") == ("fuel_exhausted", 135)
-    # trap samples run the tool_sum script here, so their final answer differs: 3.
-    assert outcomes.pop("c_trap_tool") == ("exited", 3)
-    assert outcomes.pop("rust_panic_tool") == ("exited", 3)
     assert outcomes == dict.fromkeys(outcomes, ("exited", 0))
