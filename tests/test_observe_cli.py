@@ -177,3 +177,35 @@ def test_log_content_opts_in(tmp_path: Path) -> None:
     events = (out / "events.jsonl").read_text()
     assert '"output":"{\\"ok\\":true}"' in events
     assert ran["secret"] not in log + events
+
+
+def test_quiet_leaves_stderr_to_the_guest_and_errors(tmp_path: Path) -> None:
+    wasm = tmp_path / "agent.wasm"
+    wasm.write_bytes(agent_wasm([("user", "go")], ["echo", "stamp"]))
+    with ScriptedServer(Script.load(MULTI_TOOL_SCRIPT)) as server:
+        args = [sys.executable, "-m", "spearpy", "run", str(wasm), "--no-cache",
+                "--base-url", server.base_url, "--model", "scripted"]
+        loud = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                              env=_clean_env("unused-key-000000"))
+        quiet = subprocess.run([*args, "--quiet"], capture_output=True, text=True,
+                               timeout=120, cwd=ROOT, env=_clean_env("unused-key-000000"))
+    assert loud.returncode == quiet.returncode == 0
+    assert "spearpy: [fd 1000]   calling echo (call_0_0)" in loud.stderr
+    assert "exited, exit code 0" in loud.stderr
+    assert quiet.stderr == ""
+    assert 'done: {\\"ok\\":true}' in quiet.stdout  # the guest's own output stays
+
+
+def test_otel_spans_file(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    wasm = tmp_path / "agent.wasm"
+    wasm.write_bytes(agent_wasm([("user", "go")], ["echo", "stamp"]))
+    out = tmp_path / "out"
+    ran = _run_cli(wasm, MULTI_TOOL_SCRIPT, out, "--otel-spans", str(out / "spans.jsonl"))
+    assert ran["done"].returncode == 0, ran["done"].stderr
+    spans = [json.loads(line) for line in (out / "spans.jsonl").read_text().splitlines()]
+    names = Counter(span["name"] for span in spans)
+    assert names == {"chat scripted": 3, "execute_tool echo": 2, "execute_tool stamp": 1,
+                     "invoke_agent agent.wasm": 1, "spearpy.run agent.wasm": 1}
+    assert len({span["context"]["trace_id"] for span in spans}) == 1
+    assert ran["secret"] not in (out / "spans.jsonl").read_text()

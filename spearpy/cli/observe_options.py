@@ -153,9 +153,17 @@ class Observability:
             raise click.UsageError(f"{exc}") from exc
 
     def _file_tracer(self, path: str) -> Any:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+        # The [otel] extra is optional: mypy may run where it is not installed.
+        from opentelemetry.sdk.resources import (  # type: ignore[import-not-found,unused-ignore]
+            Resource,
+        )
+        from opentelemetry.sdk.trace import (  # type: ignore[import-not-found,unused-ignore]
+            TracerProvider,
+        )
+        from opentelemetry.sdk.trace.export import (  # type: ignore[import-not-found,unused-ignore]
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
 
         target = Path(path)
         out = self._stack.enter_context(target.open("w", encoding="utf-8"))

@@ -16,19 +16,21 @@ and spearpy's transcripts are the place for it.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spearpy.observe import events as ev
 
-if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
+# opentelemetry is optional, so its types cannot appear in annotations that
+# mypy checks on a machine without the extra.
+Span = Any
+Tracer = Any
 
 INSTRUMENTATION_NAME = "spearpy"
 
 
 def _import_trace() -> Any:
     try:
-        from opentelemetry import trace
+        from opentelemetry import trace  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("OpenTelemetry spans need the otel extra: "
                           "pip install 'spearpy[otel]'") from exc
