@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from spearpy.testing.dialects import Dialect
+from spearpy.testing.dialects import dialect as _dialect
 from spearpy.testing.faults import WIRE_FAULTS
 from spearpy.testing.reply import CREATED, JSONDict, ScriptedReply, ScriptError, failure
 from spearpy.testing.script import Script, ScriptSource
@@ -168,23 +170,27 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(
         self, owner: ScriptedServer, body: JSONDict | None, json_error: str | None
     ) -> ScriptedReply:
-        if owner.api_key is not None and not _authorized(self.headers, owner.api_key):
-            return failure(
+        lowered = {k.lower(): v for k, v in self.headers.items()}
+        speaks = owner.dialect
+        if owner.api_key is not None:
+            denied = (speaks.unauthorized(lowered, owner.api_key) if speaks is not None
+                      else None if _authorized(self.headers, owner.api_key) else failure(
                 "Incorrect API key provided (the scripted server expects a Bearer token).",
                 status=401,
-            )
+            ))
+            if denied is not None:
+                return denied
         path = self.path.split("?", 1)[0].rstrip("/")
+        if speaks is not None and json_error is None:
+            handled = speaks.answer(self.command, path, lowered, body,
+                                    lambda request: _respond(owner, request))
+            if handled is not None:
+                return handled
         if path == COMPLETIONS_PATH and self.command == "POST":
             if json_error is not None:
                 problem = f"We could not parse the JSON body of your request: {json_error}"
                 return failure(problem, status=400)
-            try:
-                return owner.script.respond(body)
-            except ScriptError as exc:
-                return failure(str(exc), code="scripted_error")
-            except Exception as exc:  # a bug in user code must not kill the connection
-                log.exception("scripted server: script failed")
-                return failure(f"scripted model failed: {exc!r}", code="scripted_error")
+            return _respond(owner, body)
         if path == MODELS_PATH and self.command == "GET":
             return ScriptedReply(body=_models_body(owner.script))
         if path in (COMPLETIONS_PATH, MODELS_PATH):
@@ -217,6 +223,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
+def _respond(owner: ScriptedServer, body: JSONDict | None) -> ScriptedReply:
+    try:
+        return owner.script.respond(body)
+    except ScriptError as exc:
+        return failure(str(exc), code="scripted_error")
+    except Exception as exc:  # a bug in user code must not kill the connection
+        log.exception("scripted server: script failed")
+        return failure(f"scripted model failed: {exc!r}", code="scripted_error")
+
+
 def _parse_json(raw: bytes) -> tuple[JSONDict | None, str | None]:
     if not raw:
         return None, "the body is empty"
@@ -244,7 +260,11 @@ def _models_body(script: Script) -> JSONDict:
 
 
 class ScriptedServer:
-    """Serve `script` on http://host:port/v1 until stop(); a context manager too."""
+    """Serve `script` on http://host:port/v1 until stop(); a context manager too.
+
+    `dialect` (a name or a spearpy.testing.dialects.Dialect) makes it behave
+    like another server: "anthropic", "ollama", "llamacpp", "vllm", "mistral".
+    """
 
     def __init__(
         self,
@@ -253,8 +273,10 @@ class ScriptedServer:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
+        dialect: str | Dialect | None = None,
     ) -> None:
         self.script = Script.load(script)
+        self.dialect = None if dialect is None else _dialect(dialect)
         self.host = host
         self.api_key = api_key
         self._port = port
