@@ -20,7 +20,9 @@ from spearpy.observe import events as ev
 
 def _ms(value: Any) -> str:
     ms = float(value or 0.0)
-    return f"{ms / 1000.0:.2f} s" if ms >= 1000.0 else f"{ms:.1f} ms"
+    if ms >= 1000.0:
+        return f"{ms / 1000.0:.2f} s"
+    return f"{ms:.1f} ms" if ms >= 1.0 else f"{ms:.3f} ms"  # guest tools often take µs
 
 
 def _tokens(usage: Any) -> str:
