@@ -50,6 +50,7 @@ def write_config(path: Path, backends: dict[str, dict[str, Any]],
     for name, table in backends.items():
         lines.append(f"\n[backends.{name}]")
         lines += [f"{k} = {toml_value(v)}" for k, v in table.items() if v is not None]
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
 
