@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,9 @@ from spearpy.batch.jobs import BatchError, BatchInput, WorkerError, failure_reco
 from spearpy.batch.spec import WorkerSpec
 
 _POLL_S = 0.1
+# An actor still not back after this many ready() probes (~_POLL_S apart) is
+# taken for gone for good: its node is lost and nothing can host it.
+_MAX_FAILED_PROBES = 300
 
 
 def import_ray() -> Any:
@@ -66,6 +70,7 @@ class RayExecutor:
         self.lost_runs = 0
         self._handles: list[Any] = []
         self._lock = threading.Lock()
+        self._spec_ref: Any = None
 
     def describe(self) -> str:
         return f"Ray cluster {self.address} ({self.concurrency} concurrent)"
@@ -112,13 +117,13 @@ class RayExecutor:
         # pid() never queue behind busy runs.
         actor_class = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0,
                                  max_concurrency=threads + 1)(HostActor)
-        spec_ref = ray.put(spec)
-        handles = [actor_class.remote(spec_ref) for _ in range(count)]
+        # Held for the whole batch: a restarting actor re-reads its arguments.
+        self._spec_ref = ray.put(spec)
+        handles = [actor_class.remote(self._spec_ref) for _ in range(count)]
         with self._lock:
             self._handles = handles
         try:
-            for pid, warm in ray.get([h.ready.remote() for h in handles]):
-                del pid
+            for _pid, warm in ray.get([h.ready.remote() for h in handles]):
                 self.disk_cache_hits += int(warm)
         except ray.exceptions.RayError as exc:
             raise WorkerError(f"the Ray workers could not start: {exc}") from exc
@@ -127,34 +132,84 @@ class RayExecutor:
     def _run(self, ray: Any, spec: WorkerSpec, jobs: Sequence[BatchInput], emit: Emit,
              stop: threading.Event) -> None:
         handles, threads = self._start_actors(ray, spec, len(jobs))
-        dispatch = Dispatch(jobs, emit, self.max_attempts)
-        running: dict[Any, tuple[int, BatchInput, int]] = {}  # ref -> (actor, job, attempt)
-        load = [0] * len(handles)
-        lost_errors = _lost_errors(ray)
+        pool = _ActorPool(ray, handles, threads, Dispatch(jobs, emit, self.max_attempts))
         try:
-            while not dispatch.idle and not stop.is_set():
-                for slot, handle in enumerate(handles):
-                    while load[slot] < threads and (taken := dispatch.take()) is not None:
-                        job, attempt = taken
-                        running[handle.run.remote(job, attempt)] = (slot, job, attempt)
-                        load[slot] += 1
-                if not running:
-                    continue
-                done, _ = ray.wait(list(running), num_returns=1, timeout=_POLL_S)
-                for ref in done:
-                    slot, job, attempt = running.pop(ref)
-                    load[slot] -= 1
-                    try:
-                        dispatch.finished(ray.get(ref))
-                    except lost_errors as exc:
-                        # The actor restarts on its own; the input runs again.
-                        self.lost_runs += 1
-                        dispatch.lost(job, attempt, f"{type(exc).__name__}")
-                    except ray.exceptions.RayError as exc:
-                        dispatch.finished(failure_record(job, "host_error", str(exc), attempt))
+            while not pool.dispatch.idle and not stop.is_set():
+                pool.feed()
+                pool.collect()
         except BaseException:
             stop.set()  # the actors are killed on the way out, ending their runs
             raise
+        finally:
+            self.lost_runs += pool.lost_runs
+            self._spec_ref = None
+
+
+class _ActorPool:
+    """Hands inputs to actors, `threads` at a time each, and takes results back.
+
+    An actor whose call failed because it died is left alone until it answers
+    `ready()` again (it restarts by itself): inputs sent to it meanwhile would
+    fail at once and use up their attempts without running.
+    """
+
+    def __init__(self, ray: Any, handles: list[Any], threads: int, dispatch: Dispatch) -> None:
+        self.ray = ray
+        self.handles = handles
+        self.threads = threads
+        self.dispatch = dispatch
+        self.load = [0] * len(handles)
+        self.usable = [True] * len(handles)
+        self.running: dict[Any, tuple[int, BatchInput, int]] = {}  # ref -> (slot, job, attempt)
+        self.probes: dict[Any, tuple[int, int]] = {}  # ready() ref -> (slot, failed probes)
+        self.lost_runs = 0
+        self.lost_errors = _lost_errors(ray)
+
+    def feed(self) -> None:
+        for slot, handle in enumerate(self.handles):
+            while self.usable[slot] and self.load[slot] < self.threads:
+                taken = self.dispatch.take()
+                if taken is None:
+                    return
+                job, attempt = taken
+                self.running[handle.run.remote(job, attempt)] = (slot, job, attempt)
+                self.load[slot] += 1
+
+    def collect(self) -> None:
+        refs = [*self.running, *self.probes]
+        if not refs:
+            return
+        done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=_POLL_S)
+        for ref in done:
+            if ref in self.probes:
+                self._probed(ref, *self.probes.pop(ref))
+                continue
+            slot, job, attempt = self.running.pop(ref)
+            self.load[slot] -= 1
+            try:
+                self.dispatch.finished(self.ray.get(ref))
+            except self.lost_errors as exc:
+                self.lost_runs += 1
+                self.dispatch.lost(job, attempt, type(exc).__name__)
+                self._probe(slot, 0)
+            except self.ray.exceptions.RayError as exc:
+                self.dispatch.finished(failure_record(job, "host_error", str(exc), attempt))
+
+    def _probe(self, slot: int, failures: int) -> None:
+        if self.usable[slot] or failures:
+            self.usable[slot] = False
+            self.probes[self.handles[slot].ready.remote()] = (slot, failures)
+
+    def _probed(self, ref: Any, slot: int, failures: int) -> None:
+        try:
+            self.ray.get(ref)
+        except self.lost_errors as exc:
+            if failures + 1 >= _MAX_FAILED_PROBES:
+                raise WorkerError(f"a Ray actor does not come back after dying: {exc}") from exc
+            time.sleep(_POLL_S)  # still restarting: ask again shortly
+            self._probe(slot, failures + 1)
+        else:
+            self.usable[slot] = True
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
