@@ -169,3 +169,13 @@ def test_sends_work_without_auto_flag_through_a_named_default(
         assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "echo"
     finally:
         p.close()
+
+
+def test_key_envs_name_every_configured_key_variable(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nowhere"))
+    path = write_config(tmp_path / "c.toml", {
+        "a": {"kind": "anthropic"}, "b": {"api_key_env": "MY_KEY"}, "c": {"api_key_env": ""}},
+        default="c")
+    assert catalog(config_file=path).key_envs() == ["ANTHROPIC_API_KEY", "MY_KEY"]
+    assert catalog().key_envs() == ["OPENAI_API_KEY"]

@@ -301,3 +301,18 @@ def _echo_server() -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+
+
+def test_a_run_without_upstream_traffic_records_and_replays(tmp_path: Path, hosts: Any) -> None:
+    import wasmtime
+
+    quiet = bytes(wasmtime.wat2wasm(
+        "(module (memory (export \"memory\") 1) (func (export \"_start\")))"))
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert hosts(record=first).run(quiet).exit_code == 0
+    assert json.loads(first.read_text())["exchanges"] == []
+    host = hosts(backend=f"replay:{first}", record=second)
+    assert host.run(quiet).exit_code == 0
+    assert second.read_bytes() == first.read_bytes()
+    backend, error = host.backend_for("")
+    assert backend is None and error is not None and "never used it" in error

@@ -54,12 +54,10 @@ class BackendCatalog:
         chosen = config.backend
         if chosen is not None and chosen.startswith("replay:"):
             cursor = ReplayCursor(chosen.removeprefix("replay:"))
-            names = list(cursor.data["backends"])
-            if not names:
-                raise ConfigError(f"the cassette {cursor.path!r} recorded no backend")
+            default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
+            names = {*cursor.data["backends"], default}
             specs = {n: BackendSpec(kind="replay", cassette=cursor.path) for n in names}
-            return cls(specs, cursor.data.get("default") or names[0], defaults, record=record,
-                       replay=cursor)
+            return cls(specs, default, defaults, record=record, replay=cursor)
         specs, default = load_config_file(config.config_file)
         if chosen is not None and chosen in specs:
             default = chosen
@@ -99,6 +97,9 @@ class BackendCatalog:
     def _build_replay(self, name: str, spec: BackendSpec,
                       wrap: TransportWrapper | None) -> HTTPBackend:
         if self.replay is not None:
+            if name not in self.replay.data["backends"]:
+                raise ConfigError(f"the cassette {self.replay.path!r} holds no exchange of "
+                                  f"backend {name!r}: the recorded run never used it")
             return replay_backend(self.replay, name, wrap=wrap)
         # A configured replay backend serves its cassette's exchanges in order,
         # as the backend recorded there, under its configured name.
@@ -121,6 +122,13 @@ class BackendCatalog:
             return RecordingTransport(inner, writer, name)
 
         return wrap
+
+    def key_envs(self) -> list[str]:
+        """Names of the env vars holding API keys of the configured backends
+        (for log redaction); a replay reads none."""
+        if self.replay is not None:
+            return []
+        return sorted({env for s in self.specs.values() if (env := s.key_env())})
 
     def replay_mismatch(self) -> str | None:
         """The first divergence any replay of this catalog hit, if one did."""
