@@ -61,6 +61,16 @@ def test_redactor_removes_known_secrets_bearer_tokens_and_secret_keys() -> None:
     assert verbatim.text(f"sk-{'y' * 20} {SECRET}") == f"sk-{'y' * 20} {REDACTED}"
 
 
+def test_from_env_knows_named_and_credential_like_variables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_VAR", "named-value-123")
+    monkeypatch.setenv("OTHER_BACKEND_API_KEY", "other-backend-key-value")
+    monkeypatch.setenv("PLAIN_SETTING", "plain-setting-value")
+    redactor = Redactor.from_env(["MY_VAR"], patterns=False)
+    text = redactor.text("named-value-123 other-backend-key-value plain-setting-value")
+    assert text == f"{REDACTED} {REDACTED} plain-setting-value"
+
+
 def test_digest_is_length_and_short_sha256() -> None:
     assert digest("é") == {"bytes": 2,
                            "sha256": hashlib.sha256("é".encode()).hexdigest()[:12]}

@@ -29,6 +29,9 @@ _SECRET_KEYS = frozenset({
     "apikey", "x-api-key", "openai_api_key", "password", "secret", "client_secret",
     "access_token", "refresh_token", "bearer",
 })
+# Environment variables whose values are treated as secrets even when nobody
+# named them: the keys of backends configured in a TOML file, cloud tokens.
+_SECRET_ENV = re.compile(r"(?i)(API_?KEY|_KEY|_SECRET|_TOKEN|PASSWORD)$")
 # Credentials that look like credentials even when nobody registered them:
 # "Bearer <token>" and the sk-... / sk-proj-... shape of OpenAI-style keys.
 _PATTERNS = (
@@ -66,8 +69,11 @@ class Redactor:
     @classmethod
     def from_env(cls, names: Iterable[str] = ("OPENAI_API_KEY",), *,
                  patterns: bool = True) -> Redactor:
-        """A Redactor knowing the values of these environment variables."""
-        return cls((os.environ.get(name, "") for name in names if name), patterns=patterns)
+        """A Redactor knowing the values of these environment variables and of
+        every variable named like a credential (*_API_KEY, *_TOKEN, ...)."""
+        wanted = {name for name in names if name}
+        wanted.update(name for name in os.environ if _SECRET_ENV.search(name))
+        return cls((os.environ.get(name, "") for name in wanted), patterns=patterns)
 
     def add(self, secret: str) -> None:
         if len(secret) >= MIN_SECRET_LEN and secret not in self._secrets:
