@@ -204,7 +204,7 @@ def test_run_async_runs_concurrently_without_blocking_the_loop(make_host: Any,
         return result
 
     script["rules"][0]["reply"] = reply
-    host = make_host(base_url=scripted(script).base_url)
+    host: Host = make_host(base_url=scripted(script).base_url)
 
     async def main() -> list[RunResult]:
         loop_holder.append(asyncio.get_running_loop())

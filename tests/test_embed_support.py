@@ -55,8 +55,10 @@ def expected_stdout(prompt: str) -> str:
 
 def prompt_of(item: dict[str, Any]) -> str:
     """The prompt echo_agent builds from one batch input line."""
-    env = item.get("env") or {}
-    return env.get("PROMPT_PREFIX", "") + " ".join(item.get("argv", [])) + item.get("stdin", "")
+    env: dict[str, str] = item.get("env") or {}
+    argv: list[str] = item.get("argv", [])
+    stdin: str = item.get("stdin", "")
+    return env.get("PROMPT_PREFIX", "") + " ".join(argv) + stdin
 
 
 def make_inputs(count: int) -> list[dict[str, Any]]:
