@@ -118,7 +118,7 @@ def test_a_dying_worker_process_loses_no_input(tmp_path: Path, scripted: Any) ->
     try:
         assert gate.arrived.wait(120)  # input 10 is running on one of the workers
         pids = executor.worker_pids()
-        assert len(pids) == 2
+        assert len(pids) == 2 and os.getpid() not in pids
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
     finally:
@@ -128,7 +128,7 @@ def test_a_dying_worker_process_loses_no_input(tmp_path: Path, scripted: Any) ->
     results = read_results(out)
     check_results(results, items)
     assert results['"q010"']["attempts"] == 2  # ran again on a replacement worker
-    assert executor.workers_lost == 2 and executor.workers_started >= 4
+    assert executor.workers_started >= 4  # two replacements
     # The workers found the module in the disk cache the parent filled
     # (a replacement may still be starting when the batch ends).
     assert executor.disk_cache_hits >= 2

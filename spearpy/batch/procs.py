@@ -3,26 +3,28 @@
 The parent hands every worker at most `threads` inputs at a time over a pipe
 and remembers which; a worker that dies (OOM killer, a crash in native code,
 `kill -9`) is replaced and its unanswered inputs go back to the queue (see
-dispatch.py). Workers are started with `spawn`: the parent runs threads
-(epoch ticker, HTTP pools) and `fork` would copy their locks mid-use.
+dispatch.py). Workers are fresh interpreters (worker.py): the parent runs
+threads (epoch ticker, HTTP pools) that `fork` would copy mid-use, and
+multiprocessing's `spawn` would re-run the embedder's main script.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
-import signal
+import pickle
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS, Dispatch, Emit
-from spearpy.batch.jobs import BatchInput, WorkerError, run_job
+from spearpy.batch.jobs import BatchInput, WorkerError
 from spearpy.batch.spec import WorkerSpec
 
 # How often the parent looks up from its pipes to notice a stop request.
@@ -34,52 +36,15 @@ _STOP_GRACE_S = 10.0
 _MAX_START_FAILURES = 3
 
 
-# ---- the worker process ---------------------------------------------------------
-
-
-def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides what stops.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        host, module = spec.warm_host()
-    except BaseException as exc:
-        results.send(("fatal", f"{type(exc).__name__}: {exc}"))
-        return
-    results.send(("ready", os.getpid(), module.from_disk_cache))
-    send_lock = threading.Lock()
-    cancel = threading.Event()
-
-    def run(key: int, job: BatchInput, attempt: int) -> None:
-        record = run_job(host, module, job, attempt=attempt, cancel=cancel,
-                         transcripts=spec.transcripts)
-        with send_lock, contextlib.suppress(OSError):  # the parent is gone: nobody to tell
-            results.send(("result", key, record))
-
-    with ThreadPoolExecutor(spec.threads, thread_name_prefix="spearpy-batch") as pool:
-        while True:
-            try:
-                message = tasks.recv()
-            except (EOFError, OSError):
-                break  # the parent closed the pipe (done) or died
-            if message[0] == "stop":
-                break
-            pool.submit(run, *message[1:])
-        # Runs still going were abandoned by the parent (stop, or it died):
-        # end them now instead of waiting for them on the way out.
-        cancel.set()
-    host.close()
-
-
 # ---- the parent's view of one worker --------------------------------------------
 
 
 @dataclass(eq=False)
 class _Worker:
-    process: BaseProcess
+    process: subprocess.Popen[bytes]
     tasks: Connection
     results: Connection
     running: dict[int, tuple[BatchInput, int]] = field(default_factory=dict)
-    pid: int | None = None
     ready: bool = False
     dead: bool = False
 
@@ -99,16 +64,16 @@ class ProcessExecutor:
         self.disk_cache_hits = 0
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
-        self._ctx = mp.get_context("spawn")
+        self._spec_file: Path | None = None
 
     def describe(self) -> str:
         return f"{self.processes} process(es) x {self.threads} thread(s)"
 
     def worker_pids(self) -> list[int]:
-        """The pids of the live, ready workers (for monitoring, and for tests
-        that kill one)."""
+        """The pids of the live worker processes, started or still starting
+        (for monitoring, and for tests that kill them)."""
         with self._lock:
-            return [w.pid for w in self._workers if w.ready and not w.dead and w.pid]
+            return [w.process.pid for w in self._workers if not w.dead]
 
     def run(self, spec: WorkerSpec, jobs: Sequence[BatchInput], emit: Emit,
             stop: threading.Event) -> None:
@@ -117,31 +82,31 @@ class ProcessExecutor:
         spec = WorkerSpec(spec.config, spec.wasm, spec.name, self.threads, spec.transcripts)
         dispatch = Dispatch(jobs, emit, self.max_attempts)
         start_failures = 0
-        try:
-            for _ in range(min(self.processes, len(jobs))):
-                self._spawn(spec)
-            while not dispatch.idle and not stop.is_set():
-                for worker in self._live():
-                    self._feed(worker, dispatch)
-                watched: dict[Any, _Worker] = {}
-                for worker in self._live():
-                    watched[worker.results] = worker
-                    watched[worker.process.sentinel] = worker
-                for ready in wait(list(watched), timeout=_POLL_S):
-                    worker = watched[ready]
-                    self._drain(worker, dispatch)  # results sent before a death count
-                    if isinstance(ready, int):  # a process sentinel: it exited
-                        worker.dead = True
-                for worker in [w for w in self._live_or_dead() if w.dead]:
-                    start_failures = 0 if worker.ready else start_failures + 1
-                    if start_failures >= _MAX_START_FAILURES:
-                        raise WorkerError("batch worker processes exit before they are ready "
-                                         f"(exit code {worker.process.exitcode})")
-                    self._bury(worker, dispatch)
-                    if dispatch.has_pending or dispatch.running:
-                        self._spawn(spec)
-        finally:
-            self._shutdown()
+        with tempfile.TemporaryDirectory(prefix="spearpy-batch-") as scratch:
+            # Workers read the spec (with the module's bytes) from a file: a
+            # pipe would block this loop until each new worker got round to it.
+            self._spec_file = Path(scratch) / "spec.pickle"
+            self._spec_file.write_bytes(pickle.dumps(spec))
+            try:
+                for _ in range(min(self.processes, len(jobs))):
+                    self._spawn()
+                while not dispatch.idle and not stop.is_set():
+                    for worker in self._live():
+                        self._feed(worker, dispatch)
+                    watched: dict[Any, _Worker] = {w.results: w for w in self._live()}
+                    for ready in wait(list(watched), timeout=_POLL_S):
+                        # Takes in what it sent before dying too; EOF = it exited.
+                        self._drain(watched[ready], dispatch)
+                    for worker in [w for w in self._live_or_dead() if w.dead]:
+                        start_failures = 0 if worker.ready else start_failures + 1
+                        code = self._bury(worker, dispatch)
+                        if start_failures >= _MAX_START_FAILURES:
+                            raise WorkerError("batch worker processes exit before they are "
+                                              f"ready (exit code {code})")
+                        if dispatch.has_pending or dispatch.running:
+                            self._spawn()
+            finally:
+                self._shutdown()
 
     # ---- internals ---------------------------------------------------------
 
@@ -153,18 +118,27 @@ class ProcessExecutor:
         with self._lock:
             return list(self._workers)
 
-    def _spawn(self, spec: WorkerSpec) -> None:
-        task_r, task_w = self._ctx.Pipe(duplex=False)
-        result_r, result_w = self._ctx.Pipe(duplex=False)
-        process = self._ctx.Process(target=_worker_main, args=(spec, task_r, result_w),
-                                    name="spearpy-batch-worker", daemon=True)
-        process.start()
+    def _spawn(self) -> None:
+        task_r, task_w = os.pipe()
+        result_r, result_w = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "spearpy.batch.worker", str(self._spec_file),
+                 str(task_r), str(result_w)],
+                pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, env=_worker_env())
+        except BaseException:
+            for fd in (task_r, task_w, result_r, result_w):
+                os.close(fd)
+            raise
         # The child holds its own ends: closing ours lets each side see EOF
         # when the other goes away.
-        task_r.close()
-        result_w.close()
+        os.close(task_r)
+        os.close(result_w)
+        worker = _Worker(process, Connection(task_w, readable=False),
+                         Connection(result_r, writable=False))
         with self._lock:
-            self._workers.append(_Worker(process, task_w, result_r))
+            self._workers.append(worker)
             self.workers_started += 1
 
     def _feed(self, worker: _Worker, dispatch: Dispatch) -> None:
@@ -195,15 +169,15 @@ class ProcessExecutor:
             if entry is not None:
                 dispatch.finished(message[2])
         elif kind == "ready":
-            worker.ready, worker.pid = True, message[1]
+            worker.ready = True
             if message[2]:
                 self.disk_cache_hits += 1
         elif kind == "fatal":
             raise WorkerError(f"a batch worker could not start: {message[1]}")
 
-    def _bury(self, worker: _Worker, dispatch: Dispatch) -> None:
-        worker.process.join(_POLL_S)
-        why = f"worker process exited with code {worker.process.exitcode}"
+    def _bury(self, worker: _Worker, dispatch: Dispatch) -> int | None:
+        code = _reap(worker.process, _STOP_GRACE_S)
+        why = f"worker process exited with code {code}"
         for job, attempt in worker.running.values():
             dispatch.lost(job, attempt, why)
         worker.running.clear()
@@ -213,6 +187,7 @@ class ProcessExecutor:
                 self.workers_lost += 1
         worker.tasks.close()
         worker.results.close()
+        return code
 
     def _shutdown(self) -> None:
         workers = self._live_or_dead()
@@ -221,10 +196,27 @@ class ProcessExecutor:
                 worker.tasks.send(("stop",))
             worker.tasks.close()
         for worker in workers:
-            worker.process.join(_STOP_GRACE_S)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
+            _reap(worker.process, _STOP_GRACE_S)
             worker.results.close()
         with self._lock:
             self._workers.clear()
+
+
+def _reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
+    """Wait for a worker to exit, killing it after `grace` seconds."""
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def _worker_env() -> dict[str, str]:
+    """This environment, with spearpy importable even when the embedder put
+    it on sys.path by hand rather than installing it."""
+    import spearpy
+
+    root = str(Path(spearpy.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
