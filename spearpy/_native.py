@@ -11,6 +11,7 @@ record of why it interrupted the guest.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -26,8 +27,33 @@ I32: Final = "i32"
 I64: Final = "i64"
 
 _VAL_RAW = ffi.wasmtime_val_raw_t
-_CALLBACK_T = ffi.wasmtime_func_unchecked_callback_t
+_VAL_RAW_SIZE: Final = ctypes.sizeof(_VAL_RAW)
+# Hot-path entry points typed with plain addresses (c_void_p) instead of
+# wasmtime-py's pointer types: ctypes then passes ints straight through, with
+# no pointer objects built per call. `dll[name]` yields a fresh function
+# object, so wasmtime-py's own prototypes stay as they are.
+_CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_size_t)
 _NO_FINALIZER = ctypes.cast(0, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+
+
+def _proto(name: str, restype: Any, *argtypes: Any) -> Any:
+    fn = ffi.dll[name]
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+_vp, _size_t = ctypes.c_void_p, ctypes.c_size_t
+_memory_data = _proto("wasmtime_memory_data", _vp, _vp, _vp)
+_memory_data_size = _proto("wasmtime_memory_data_size", _size_t, _vp, _vp)
+_func_call_unchecked = _proto("wasmtime_func_call_unchecked", _vp, _vp, _vp, _vp, _size_t, _vp)
+_define_func_unchecked = _proto("wasmtime_linker_define_func_unchecked", _vp, _vp, ctypes.c_char_p,
+                                _size_t, ctypes.c_char_p, _size_t, _vp, _vp, _vp, _vp)
+_I32_AT = ctypes.c_int32.from_address
+_I64_AT = ctypes.c_int64.from_address
+# One i32 param per 16-byte wasmtime_val_raw_t slot, unpacked in one call.
+_PARAMS = [struct.Struct("<" + f"i{_VAL_RAW_SIZE - 4}x" * n) for n in range(9)]
 # ctypes callback objects must outlive every linker that points at them.
 _KEEP_ALIVE: list[object] = []
 
@@ -84,21 +110,13 @@ def _make_callback(
     `on_error` (EIO) instead of a crash.
     """
 
-    def callback(_env: Any, _caller: Any, raw: Any, _n: int) -> int:
+    params = _PARAMS[nparams]
+    size = params.size
+
+    def callback(_env: int | None, _caller: int | None, raw: int, _n: int) -> int:
         run: GuestRun = _current.run
         try:
-            if nparams == 0:
-                value = fn(run)
-            elif nparams == 1:
-                value = fn(run, raw[0].i32)
-            elif nparams == 2:
-                value = fn(run, raw[0].i32, raw[1].i32)
-            elif nparams == 3:
-                value = fn(run, raw[0].i32, raw[1].i32, raw[2].i32)
-            elif nparams == 4:
-                value = fn(run, raw[0].i32, raw[1].i32, raw[2].i32, raw[3].i32)
-            else:
-                value = fn(run, *(raw[i].i32 for i in range(nparams)))
+            value = fn(run, *params.unpack(ctypes.string_at(raw, size))) if size else fn(run)
         except HostInterrupt as interrupt:
             run.note_interrupt(interrupt.outcome, interrupt.message)
             return trap_pointer(interrupt.message)
@@ -106,9 +124,9 @@ def _make_callback(
             run.note_host_bug(name, exc)
             value = on_error
         if result == I32:
-            raw[0].i32 = value if value is not None else 0
+            _I32_AT(raw).value = value if value is not None else 0
         elif result == I64:
-            raw[0].i64 = value if value is not None else 0
+            _I64_AT(raw).value = value if value is not None else 0
         return 0
 
     return _CALLBACK_T(callback)
@@ -128,21 +146,17 @@ def define_hostcall(
     _KEEP_ALIVE.append(cb)
     ty = _functype(params, results)
     mod_b, name_b = module.encode(), name.encode()
-    error = ffi.wasmtime_linker_define_func_unchecked(
-        linker.ptr(),
-        ctypes.create_string_buffer(mod_b),
-        len(mod_b),
-        ctypes.create_string_buffer(name_b),
-        len(name_b),
-        ty.ptr(),
-        cb,
-        None,
-        _NO_FINALIZER,
-    )
+    error = _define_func_unchecked(linker.ptr(), mod_b, len(mod_b), name_b, len(name_b),
+                                   ctypes.cast(ty.ptr(), ctypes.c_void_p),
+                                   ctypes.cast(cb, ctypes.c_void_p), None, _NO_FINALIZER)
     if error:
         import wasmtime
 
-        raise wasmtime.WasmtimeError._from_ptr(error)
+        raise wasmtime.WasmtimeError._from_ptr(_error_ptr(error))
+
+
+def _error_ptr(address: int) -> Any:
+    return ctypes.cast(address, ctypes.POINTER(ffi.wasmtime_error_t))
 
 
 class GuestCallError(Exception):
@@ -183,29 +197,47 @@ def _raise_call_failure(error: Any, trap: Any) -> None:
 
 
 class RawFunc:
-    """A guest function called through wasmtime_func_call_unchecked."""
+    """A guest function called through wasmtime_func_call_unchecked.
 
-    __slots__ = ("_args", "_ctx", "_func", "_nargs", "_size")
+    The value array, the trap slot and every address are prepared once, so a
+    call is a few int stores and one foreign call.
+    """
+
+    __slots__ = ("_args", "_args_at", "_ctx", "_func", "_func_at", "_nargs", "_size", "_store",
+                 "_trap", "_trap_at")
 
     def __init__(self, store: wasmtime.Store, func: wasmtime.Func, nparams: int,
                  nresults: int) -> None:
-        self._ctx = store._context()
-        self._func = ctypes.byref(func._func)
+        self._store = store  # the context address is only valid while the store lives
+        self._func = func
+        self._ctx = _address(store._context())
+        self._func_at = ctypes.addressof(func._func)
         self._size = max(nparams, nresults)
         self._nargs = nparams
         self._args = (_VAL_RAW * max(self._size, 1))()
+        self._args_at = ctypes.addressof(self._args)
+        self._trap = ctypes.c_void_p()
+        self._trap_at = ctypes.addressof(self._trap)
 
     def call_i32(self, *args: int) -> int:
         """Call with i32 params; returns the first i32 result (0 if none)."""
-        buf = self._args
-        for i, value in enumerate(args):
-            buf[i].i32 = value
-        trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        error = ffi.wasmtime_func_call_unchecked(self._ctx, self._func, buf, self._size,
-                                                 ctypes.byref(trap))
+        at = self._args_at
+        for value in args:
+            _I32_AT(at).value = value
+            at += _VAL_RAW_SIZE
+        self._trap.value = None
+        error = _func_call_unchecked(self._ctx, self._func_at, self._args_at, self._size,
+                                     self._trap_at)
+        trap = self._trap.value
         if error or trap:
-            _raise_call_failure(error, trap)
-        return int(buf[0].i32)
+            _raise_call_failure(_error_ptr(error) if error else None,
+                                ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
+        return int(_I32_AT(self._args_at).value)
+
+
+def _address(pointer: Any) -> int:
+    value: int = ctypes.cast(pointer, ctypes.c_void_p).value or 0
+    return value
 
 
 _DEADLINE_CB_T = ctypes.CFUNCTYPE(
@@ -246,9 +278,34 @@ def watch_epochs(store: wasmtime.Store) -> None:
     store.set_epoch_deadline(1)
 
 
+# (base address, byte length) of a memory: read both fresh before every
+# access. Wasm code may grow the memory, and with a movable memory also
+# relocate it, between any two host accesses; a cached pair would dangle.
+memory_data = _memory_data
+memory_data_size = _memory_data_size
+
+
+def memory_handles(store: wasmtime.Store, memory: wasmtime.Memory) -> tuple[int, int]:
+    """The (context, memory) addresses `memory_data*` take; valid while both
+    Python objects live, so their holder must keep references to them."""
+    return _address(store._context()), ctypes.addressof(memory._memory)
+
+
+class MemorySpan:
+    """Reads a guest memory's current base address and byte length."""
+
+    __slots__ = ("_ctx", "_mem", "_memory", "_store")
+
+    def __init__(self, store: wasmtime.Store, memory: wasmtime.Memory) -> None:
+        self._store = store
+        self._memory = memory
+        self._ctx, self._mem = memory_handles(store, memory)
+
+    def __call__(self) -> tuple[int, int]:
+        ctx, mem = self._ctx, self._mem
+        return _memory_data(ctx, mem) or 0, _memory_data_size(ctx, mem)
+
+
 def memory_span(store: wasmtime.Store, memory: wasmtime.Memory) -> tuple[int, int]:
     """(base address, byte length) of a guest memory right now."""
-    ctx = store._context()
-    mem = ctypes.byref(memory._memory)
-    base = ctypes.cast(ffi.wasmtime_memory_data(ctx, mem), ctypes.c_void_p).value or 0
-    return base, int(ffi.wasmtime_memory_data_size(ctx, mem))
+    return MemorySpan(store, memory)()

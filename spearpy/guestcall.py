@@ -66,14 +66,9 @@ def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:
     block = alloc[0].call_i32(size) & 0xFFFFFFFF
     if block == 0:
         raise _NoRoom(f"spear_alloc({size}) returned NULL")
-    buffers = _Buffers(block, block + args_size, capacity, block + args_size + _align8(capacity),
-                       block, size)
-    try:
-        run.memory.write(block, args + b"\0")
-    except GuestFault:
-        _release(run, buffers)
-        raise
-    return buffers
+    # The arguments are written by the caller, inside the try that frees the block.
+    return _Buffers(block, block + args_size, capacity, block + args_size + _align8(capacity),
+                    block, size)
 
 
 def _release(run: GuestRun, buffers: _Buffers) -> None:
@@ -97,6 +92,7 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                         f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
                         started)
     args = arguments.encode("utf-8")
+    args_z = args + b"\0"  # the ABI's NUL after the arguments
     in_arena = _arena_layout(arena[0], arena[1], len(args), max_output) if arena else None
     if in_arena is None and run.allocator is None:
         why = ("the tool arena is too small for the arguments" if arena else
@@ -108,7 +104,6 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
         for _attempt in range(MAX_ATTEMPTS):
             if in_arena is not None and (wanted is None or wanted <= in_arena.capacity):
                 buffers = in_arena
-                run.memory.write(buffers.args_ptr, args + b"\0")
             elif run.allocator is not None:
                 buffers = _allocated_buffers(run, args,
                                              wanted or min(INITIAL_CAPACITY, max_output))
@@ -119,7 +114,8 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                                 f"{in_arena.capacity}; export spear_alloc/spear_free to "
                                 "let the host grow the buffer", started)
             try:
-                run.memory.write_u32(buffers.len_ptr, buffers.capacity)
+                run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,
+                                          buffers.capacity)
                 rc = run.call_guest_tool(func, buffers.args_ptr, len(args), buffers.out_ptr,
                                          buffers.len_ptr)
                 if rc == abi.ENOSPC:
@@ -136,12 +132,12 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                     continue
                 if rc != 0:
                     return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}", started, rc)
-                length = run.memory.read_u32(buffers.len_ptr)
-                if length > buffers.capacity:
+                length, raw = run.memory.read_counted(buffers.len_ptr, buffers.out_ptr,
+                                                      buffers.capacity)
+                if raw is None:
                     return _failure(abi.TOOL_EXEC_FAILED,
                                     f"the tool claimed {length} output bytes but the buffer "
                                     f"holds {buffers.capacity}", started, rc)
-                raw = run.memory.read(buffers.out_ptr, length)
             finally:
                 _release(run, buffers)
             try:

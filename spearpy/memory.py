@@ -1,23 +1,25 @@
 """Bounds-checked access to a guest's linear memory and the out-buffer protocol.
 
-Every read and write re-reads the memory's base and length, because a guest
-may grow (and on some configurations move) its memory between two hostcalls;
-a cached view would dangle and crash the host.
+Every access re-reads the memory's base and length (two foreign calls, no
+Python wrappers), because a guest may grow (and on some configurations move)
+its memory between two hostcalls; a cached view would dangle and crash the
+host. An address computed here is used at once, before any guest code runs.
 """
 
 from __future__ import annotations
 
 import ctypes
-import struct
 from typing import TYPE_CHECKING
 
 from spearpy import abi
-from spearpy._native import memory_span
+from spearpy._native import memory_data, memory_data_size, memory_handles
 
 if TYPE_CHECKING:
     import wasmtime
 
-_U32 = struct.Struct("<I")
+_U32_AT = ctypes.c_uint32.from_address
+_string_at = ctypes.string_at
+_memmove = ctypes.memmove
 U32_MAX = 0xFFFFFFFF
 
 
@@ -25,12 +27,20 @@ class GuestFault(Exception):
     """A pointer or length outside guest memory (the hostcall returns EFAULT)."""
 
 
+def _outside(ptr: int, length: int, size: int) -> GuestFault:
+    if length < 0:
+        return GuestFault(f"negative length {length}")
+    return GuestFault(f"[{ptr}, {ptr + length}) is outside guest memory of {size} bytes")
+
+
 class GuestMemory:
-    __slots__ = ("_memory", "_store")
+    __slots__ = ("_ctx", "_mem", "_memory", "_store")
 
     def __init__(self, store: wasmtime.Store, memory: wasmtime.Memory | None) -> None:
+        # The references keep the addresses below valid.
         self._store = store
         self._memory = memory
+        self._ctx, self._mem = memory_handles(store, memory) if memory is not None else (0, 0)
 
     @property
     def available(self) -> bool:
@@ -39,34 +49,89 @@ class GuestMemory:
     def size(self) -> int:
         if self._memory is None:
             return 0
-        return memory_span(self._store, self._memory)[1]
+        return int(memory_data_size(self._ctx, self._mem))
 
     def _address(self, ptr: int, length: int) -> int:
+        """The host address of [ptr, ptr+length), checked against the memory as
+        it is now; valid only until guest code runs again."""
         if self._memory is None:
             raise GuestFault("the guest exports no memory")
-        if length < 0:
-            raise GuestFault(f"negative length {length}")
         ptr &= U32_MAX  # wasm32 pointers are unsigned; i32 params arrive signed
-        base, size = memory_span(self._store, self._memory)
-        if ptr + length > size:
-            raise GuestFault(f"[{ptr}, {ptr + length}) is outside guest memory of {size} bytes")
-        return base + ptr
+        ctx, mem = self._ctx, self._mem
+        size = memory_data_size(ctx, mem)
+        if length < 0 or ptr + length > size:
+            raise _outside(ptr, length, size)
+        return (memory_data(ctx, mem) or 0) + ptr
 
     def read(self, ptr: int, length: int) -> bytes:
         address = self._address(ptr, length)
-        return ctypes.string_at(address, length) if length else b""
+        return _string_at(address, length) if length else b""
+
+    def read_pair(self, ptr1: int, len1: int, ptr2: int, len2: int) -> tuple[bytes, bytes]:
+        """Two reads against one look at the memory (hostcalls taking two buffers)."""
+        if self._memory is None:
+            raise GuestFault("the guest exports no memory")
+        ptr1 &= U32_MAX
+        ptr2 &= U32_MAX
+        ctx, mem = self._ctx, self._mem
+        size = memory_data_size(ctx, mem)
+        if len1 < 0 or ptr1 + len1 > size:
+            raise _outside(ptr1, len1, size)
+        if len2 < 0 or ptr2 + len2 > size:
+            raise _outside(ptr2, len2, size)
+        base = memory_data(ctx, mem) or 0
+        return (_string_at(base + ptr1, len1) if len1 else b"",
+                _string_at(base + ptr2, len2) if len2 else b"")
+
+    def write_with_u32(self, ptr: int, data: bytes, word_ptr: int, word: int) -> None:
+        """`data` at ptr and a u32 at word_ptr, against one look at the memory
+        (a tool call's arguments and its output capacity)."""
+        if self._memory is None:
+            raise GuestFault("the guest exports no memory")
+        ptr &= U32_MAX
+        word_ptr &= U32_MAX
+        ctx, mem = self._ctx, self._mem
+        size = memory_data_size(ctx, mem)
+        if ptr + len(data) > size:
+            raise _outside(ptr, len(data), size)
+        if word_ptr + 4 > size:
+            raise _outside(word_ptr, 4, size)
+        base = memory_data(ctx, mem) or 0
+        if data:
+            (ctypes.c_char * len(data)).from_address(base + ptr).raw = data
+        _U32_AT(base + word_ptr).value = word & U32_MAX
+
+    def read_counted(self, word_ptr: int, ptr: int, capacity: int) -> tuple[int, bytes | None]:
+        """The u32 length at word_ptr and, when it is within `capacity`, that
+        many bytes at ptr (None when it is not): a tool's output."""
+        if self._memory is None:
+            raise GuestFault("the guest exports no memory")
+        ptr &= U32_MAX
+        word_ptr &= U32_MAX
+        ctx, mem = self._ctx, self._mem
+        size = memory_data_size(ctx, mem)
+        if word_ptr + 4 > size:
+            raise _outside(word_ptr, 4, size)
+        base = memory_data(ctx, mem) or 0
+        length: int = _U32_AT(base + word_ptr).value
+        if length > capacity:
+            return length, None
+        if ptr + length > size:
+            raise _outside(ptr, length, size)
+        return length, (ctypes.c_char * length).from_address(base + ptr).raw if length else b""
 
     def write(self, ptr: int, data: bytes) -> None:
         address = self._address(ptr, len(data))
         if data:
-            ctypes.memmove(address, data, len(data))
+            _memmove(address, data, len(data))
 
     def read_u32(self, ptr: int) -> int:
-        value: int = _U32.unpack(self.read(ptr, 4))[0]
+        # Little-endian like wasm: every host spearpy supports is little-endian.
+        value: int = _U32_AT(self._address(ptr, 4)).value
         return value
 
     def write_u32(self, ptr: int, value: int) -> None:
-        self.write(ptr, _U32.pack(value & U32_MAX))
+        _U32_AT(self._address(ptr, 4)).value = value & U32_MAX
 
     def read_text(self, ptr: int, length: int) -> str | None:
         """UTF-8 text at ptr, or None when the bytes are not UTF-8."""

@@ -54,8 +54,7 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     if _busy(run, fd):
         return abi.EAGAIN
     try:
-        role = run.memory.read(role_ptr, role_len)
-        content = run.memory.read(content_ptr, content_len)
+        role, content = run.memory.read_pair(role_ptr, role_len, content_ptr, content_len)
     except GuestFault:
         return abi.EFAULT
     try:
