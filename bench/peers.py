@@ -24,7 +24,7 @@ def langgraph_react() -> Runner:
     model = _fake_chat_model()
 
     @tool
-    def sum(a: int, b: int) -> str:  # noqa: A001 - the tool's name is what the model calls
+    def sum(a: int, b: int) -> str:
         """Add two integers."""
         return _sum(a, b)
 
@@ -48,7 +48,7 @@ def langchain_agent() -> Runner:
     model = _fake_chat_model()
 
     @tool
-    def sum(a: int, b: int) -> str:  # noqa: A001
+    def sum(a: int, b: int) -> str:
         """Add two integers."""
         return _sum(a, b)
 
@@ -134,7 +134,7 @@ def openai_agents() -> Runner:
             raise NotImplementedError
 
     @function_tool
-    def sum(a: int, b: int) -> str:  # noqa: A001
+    def sum(a: int, b: int) -> str:
         """Add two integers."""
         return _sum(a, b)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +112,7 @@ class Row:
     target: Target | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    peak_kb: float | None = None  # peak memory of the subject, when measured
 
     @property
     def scale(self) -> float:
@@ -145,6 +145,7 @@ class Row:
             "ratio_p95": round(r95, 4) if r95 is not None else None,
             "target": self.target.describe() if self.target else None,
             "met": self.met, "note": self.note, "extra": self.extra,
+            "peak_kb": round(self.peak_kb, 1) if self.peak_kb is not None else None,
         }  # fmt: skip
 
 

@@ -33,13 +33,16 @@ def tool_script(tool_iterations: int, delay_ms: int = 0) -> dict[str, Any]:
 class ServerProcess:
     """`python -m spearpy.testing SCRIPT` on 127.0.0.1, stopped on exit."""
 
-    def __init__(self, script: dict[str, Any]) -> None:
+    def __init__(self, script: dict[str, Any] | None, argv: list[str] | None = None) -> None:
+        """`script` for the scripted server, or `argv` for another server that
+        prints its base URL on its first line."""
         self._dir = tempfile.TemporaryDirectory(prefix="spearpy-bench-")
-        path = Path(self._dir.name) / "script.json"
-        path.write_text(json.dumps(script))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "spearpy.testing", str(path), "--host", "127.0.0.1"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if argv is None:
+            path = Path(self._dir.name) / "script.json"
+            path.write_text(json.dumps(script))
+            argv = [sys.executable, "-m", "spearpy.testing", str(path), "--host", "127.0.0.1"]
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
         if not line.startswith("http://127.0.0.1:"):
