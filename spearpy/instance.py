@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,17 @@ _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 # take the host down with it.
 MAX_CAPTURE_BYTES = 64 << 20
 _UNLIMITED_FUEL = (1 << 63) - 1
+# Store limits beyond --max-memory. wasmtime applies memory_size per linear
+# memory and table_elements per table, and a table.grow loop otherwise takes
+# gigabytes of host RAM; toolchains emit one memory and one table, and a
+# large C or Rust program's function table holds a few thousand entries.
+MAX_MEMORIES = 1
+MAX_TABLES = 4
+MAX_TABLE_ELEMENTS = 1 << 20
+# A trap with linear memory above this share of --max-memory is reported as
+# memory_limit: the guest most likely trapped because a grow was refused
+# (an allocator's abort, or a store past the end it could not grow).
+_NEAR_MEMORY_LIMIT = 0.75
 
 
 @dataclass(slots=True)
@@ -123,18 +136,30 @@ class GuestRun:
         if reason is not None:
             raise _native.HostInterrupt(*reason)
 
+    def _check_any_interrupt(self) -> None:
+        reason = self.interrupt_reason()
+        if reason is not None:
+            raise _native.HostInterrupt(*reason)
+
     def wait(self, seconds: float) -> None:
-        """Sleep for the guest, never past the deadline, waking at once on cancel."""
+        """Sleep for the guest, never past the run deadline nor (inside a tool)
+        the tool's deadline, waking at once on cancel."""
         end = time.monotonic() + max(0.0, seconds)
-        if self.deadline is not None and end > self.deadline:
-            end = self.deadline
+        for limit in (self.deadline, self.tool_deadline):
+            if limit is not None and end > limit:
+                end = limit
         while True:
-            self.check_interrupt()
+            self._check_any_interrupt()
             remaining = end - time.monotonic()
             if remaining <= 0:
                 break
             self.cancel_event.wait(min(remaining, 0.25))
-        self.check_interrupt()
+        self._check_any_interrupt()
+
+    def effective_deadline(self) -> float | None:
+        """The earliest deadline in force now: the run's, or inside a tool its own."""
+        limits = [d for d in (self.deadline, self.tool_deadline) if d is not None]
+        return min(limits) if limits else None
 
     def note_host_bug(self, where: str, exc: BaseException) -> None:
         _log.error("hostcall failed inside the host; the guest got EIO", hostcall=where,
@@ -169,13 +194,24 @@ class GuestRun:
         self._tool_funcs[index] = func
         return func
 
-    def call_guest_tool(self, func: _native.RawFunc, *args: int) -> int:
-        if self.config.tool_timeout is not None:
-            self.tool_deadline = time.monotonic() + self.config.tool_timeout
+    @contextlib.contextmanager
+    def tool_call(self) -> Iterator[None]:
+        """One tool call's deadline. It covers the whole call (spear_alloc,
+        every -28 retry, spear_free), so neither a spinning allocator nor a
+        tool that keeps asking for more room gets more than --tool-timeout;
+        a nested call (a tool's own send running tools) keeps the outer one."""
+        if self.config.tool_timeout is None or self.tool_deadline is not None:
+            yield
+            return
+        self.tool_deadline = time.monotonic() + self.config.tool_timeout
         try:
-            return func.call_i32(*args)
+            yield
         finally:
             self.tool_deadline = None
+
+    def call_guest_tool(self, func: _native.RawFunc, *args: int) -> int:
+        with self.tool_call():
+            return func.call_i32(*args)
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -222,8 +258,9 @@ class GuestRun:
 
     def instantiate(self, scratch: Path) -> wasmtime.Instance:
         config = self.config
-        if config.max_memory is not None:
-            self.store.set_limits(memory_size=config.max_memory)
+        self.store.set_limits(
+            memory_size=config.max_memory if config.max_memory is not None else -1,
+            table_elements=MAX_TABLE_ELEMENTS, tables=MAX_TABLES, memories=MAX_MEMORIES)
         self.store.set_fuel(config.fuel if config.fuel is not None else _UNLIMITED_FUEL)
         _native.watch_epochs(self.store)
         self.store.set_wasi(self._wasi(scratch))
@@ -279,7 +316,16 @@ class GuestRun:
             return self.interrupt
         if "fuel" in text:
             return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
-        return "trap", _native.trap_summary(None, text)
+        first = _native.trap_summary(None, text)
+        # Instantiation refused by the store limits: the module asks for more
+        # than this run may have before any of its code runs.
+        if "exceeds memory limits" in text:
+            return "memory_limit", (f"{first}: the module's initial memory is larger than "
+                                    f"the memory limit of {self.config.max_memory} bytes")
+        if "exceeds table limits" in text or "resource limit exceeded" in text:
+            return "load_error", (f"{first} (spearpy allows {MAX_MEMORIES} memory, "
+                                  f"{MAX_TABLES} tables of up to {MAX_TABLE_ELEMENTS} elements)")
+        return "trap", first
 
     def _classify_trap(self, code: wasmtime.TrapCode | None, text: str) -> tuple[str, str]:
         if self.interrupt is not None:
@@ -289,10 +335,12 @@ class GuestRun:
         first = _native.trap_summary(code, text)
         if code == wasmtime.TrapCode.STACK_OVERFLOW:
             return "trap", "wasm trap: call stack exhausted (stack overflow)"
-        if (self.config.max_memory is not None and self.memory.available
-                and self.memory.size() + 65536 > self.config.max_memory):
-            return "memory_limit", (f"the guest trapped ({first}) after reaching the memory "
-                                    f"limit of {self.config.max_memory} bytes")
+        limit = self.config.max_memory
+        if limit is not None and self.memory.available:
+            size = self.memory.size()
+            if size + 65536 > limit or size >= limit * _NEAR_MEMORY_LIMIT:
+                return "memory_limit", (f"the guest trapped ({first}) with {size} bytes of "
+                                        f"linear memory, near the memory limit of {limit} bytes")
         return "trap", first
 
     def _finish(self, outcome: str, message: str, exit_code: int) -> RunResult:

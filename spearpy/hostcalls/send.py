@@ -105,7 +105,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                             messages=len(action.messages))
             result = backend.complete(CompletionRequest(
                 model=model, messages=action.messages, tools=action.tools, params=forwarded,
-                timeout_s=timeout_s, deadline=run.deadline))
+                timeout_s=timeout_s, deadline=run.effective_deadline()))
             usage = (result.body or {}).get("usage") if result.body else None
             run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
                             latency_ms=round(result.latency_ms, 3),
@@ -120,8 +120,9 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                             args_bytes=len(action.arguments.encode()), cached=False,
                             iteration=loop.stats.iterations, executed=True,
                             content={"arguments": action.arguments})
-            outcome = call_tool(run, action.fn_offset, action.arguments,
-                                limits.max_tool_output_bytes, arena)
+            with run.tool_call():
+                outcome = call_tool(run, action.fn_offset, action.arguments,
+                                    limits.max_tool_output_bytes, arena)
             run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name, rc=outcome.rc,
                             duration_ms=round(outcome.duration_ms, 3),
                             output_bytes=len(outcome.output.encode()),
