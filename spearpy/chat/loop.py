@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Final, NoReturn
 
 from spearpy import abi
+from spearpy.chat.fastschema import Check, compile_check
 from spearpy.chat.normalize import bad_response_reason, first_message, with_session_tool_calls
 from spearpy.chat.protocol import (
     Action,
@@ -297,9 +298,14 @@ class ToolLoop:
         if self.limits.validate_tool_args:
             if not isinstance(parsed, dict):
                 return "arguments must be a JSON object", ""
-            problem = tool.validate(parsed)
-            if problem is not None:
-                return problem, ""
+            check = _fast_check(tool)
+            if check is None or not check(parsed):
+                # jsonschema decides (and explains) whatever the fast path cannot pass.
+                problem = tool.validate(parsed)
+                if problem is not None:
+                    return problem, ""
+        if not self.limits.cache_tool_results:
+            return None, ""  # the canonical form only serves as the cache key
         # The cache key: the same call however the model spaced or ordered it.
         return None, json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -399,6 +405,24 @@ class ToolLoop:
 
 def _reject_constant(token: str) -> object:
     raise ValueError(f"{token} is not JSON")
+
+
+# Compiled fast checks per registered Tool (keyed by identity, the Tool kept
+# alive beside its check so an id is never reused for another tool).
+_CHECKS: dict[int, tuple[Tool, Check | None]] = {}
+_MAX_CHECKS = 4096
+
+
+def _fast_check(tool: Tool) -> Check | None:
+    entry = _CHECKS.get(id(tool))
+    if entry is None or entry[0] is not tool:
+        if len(_CHECKS) >= _MAX_CHECKS:
+            _CHECKS.clear()
+        function = tool.spec.get("function")
+        params = function.get("parameters") if isinstance(function, dict) else None
+        entry = (tool, compile_check(params) if isinstance(params, dict) else None)
+        _CHECKS[id(tool)] = entry
+    return entry[1]
 
 
 __all__ = [
