@@ -206,7 +206,11 @@ class Host:
         on_event: EventSink | None = None,
         collect_events: bool = False,
         cancel: threading.Event | None = None,
+        limits: dict[str, Any] | None = None,
     ) -> RunResult:
+        """Run one guest. `limits` overrides the host's guest limits for this
+        run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
+        max_log_bytes (validated like HostConfig; unknown keys are a ValueError)."""
         if self._closed:
             raise RuntimeError("this Host is closed")
         loaded = self.load(module)
@@ -220,6 +224,7 @@ class Host:
             argv=list(argv), env=dict(env) if env else None, inherit_env=inherit_env,
             stdin=stdin.encode() if isinstance(stdin, str) else stdin, dirs=list(dirs or []),
             invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
+            limits=dict(limits) if limits else None,
         )
         result = GuestRun(self, loaded, options).execute()
         if collect_events:

@@ -17,6 +17,7 @@ import structlog
 import wasmtime
 
 from spearpy import _native
+from spearpy.config import HostConfig
 from spearpy.fdtable import FdKind, FdTable
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
@@ -56,6 +57,24 @@ class RunOptions:
     capture_output: bool = False
     sinks: list[EventSink] = field(default_factory=list)
     cancel: threading.Event | None = None
+    # Per-run overrides of the host's guest limits (RUN_LIMITS keys).
+    limits: dict[str, Any] | None = None
+
+
+# The HostConfig fields one run may override (`Host.run(limits={...})`).
+RUN_LIMITS = frozenset({"timeout", "tool_timeout", "fuel", "max_memory", "max_open_fds",
+                        "max_log_bytes"})
+
+
+def run_config(config: HostConfig, limits: dict[str, Any] | None) -> HostConfig:
+    """The host configuration with one run's limit overrides, validated like
+    the host's own (a negative timeout is refused, not silently used)."""
+    if not limits:
+        return config
+    unknown = sorted(set(limits) - RUN_LIMITS)
+    if unknown:
+        raise ValueError(f"unknown run limits {unknown}; known: {sorted(RUN_LIMITS)}")
+    return HostConfig.model_validate({**config.model_dump(), **limits})
 
 
 class _Capture:
@@ -77,7 +96,7 @@ class GuestRun:
 
     def __init__(self, host: Host, module: LoadedModule, options: RunOptions) -> None:
         self.host = host
-        self.config = host.config
+        self.config = run_config(host.config, options.limits)
         self.module = module
         self.options = options
         self.run_id = uuid.uuid4().hex[:12]
