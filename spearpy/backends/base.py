@@ -6,6 +6,7 @@ CompletionResult and never raise for upstream trouble (errors are values).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,6 +21,9 @@ class CompletionRequest:
     params: dict[str, Any] = field(default_factory=dict)  # forwarded upstream as-is
     timeout_s: float | None = None  # per request; None = backend default
     deadline: float | None = None  # time.monotonic() value no wait may pass
+    # Set when the guest's run is cancelled: no attempt starts and no backoff
+    # wait goes on after it (the attempt in flight is abandoned by the caller).
+    cancel: threading.Event | None = None
 
 
 class Backend(Protocol):

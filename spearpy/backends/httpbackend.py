@@ -35,6 +35,7 @@ from spearpy.backends.retry import (
     status_is_retryable,
 )
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
+from spearpy.observe.redact import MIN_SECRET_LEN, REDACTED
 
 # A chat completion is a few KiB; 32 MiB is far past any honest answer and
 # stops a hostile upstream from filling the host's memory.
@@ -108,6 +109,9 @@ class HTTPBackend:
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self._headers.update(self.auth_headers(key))
+        # An upstream (or a proxy in front of it) that echoes the key in a
+        # body would hand it to the guest; short keys would mangle text.
+        self._echo_guard = key.encode() if len(key) >= MIN_SECRET_LEN else b""
 
     # ---- what a dialect supplies -------------------------------------------
 
@@ -159,11 +163,21 @@ class HTTPBackend:
 
         class _OutOfTime(tenacity.stop.stop_base):
             def __call__(self, _state: tenacity.RetryCallState) -> bool:
+                if request.cancel is not None and request.cancel.is_set():
+                    return True
                 return request.deadline is not None and time.monotonic() >= request.deadline
+
+        def sleep(seconds: float) -> None:
+            # A cancelled run must not sit out a backoff (Retry-After may say 60 s).
+            if request.cancel is not None:
+                request.cancel.wait(seconds)
+            else:
+                time.sleep(seconds)
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(),
             wait=wait,
+            sleep=sleep,
             retry=tenacity.retry_if_result(lambda a: a.retryable),
             retry_error_callback=lambda state: last[-1],
             reraise=False,
@@ -193,6 +207,9 @@ class HTTPBackend:
         )
 
     def _attempt(self, request: CompletionRequest, payload: bytes) -> _Attempt:
+        if request.cancel is not None and request.cancel.is_set():
+            return self._fail(request, "cancelled",
+                              "the run was cancelled before the request was sent")
         if request.deadline is not None and time.monotonic() >= request.deadline:
             return self._fail(request, "deadline_exceeded",
                               "the run deadline passed before the request was sent")
@@ -220,6 +237,8 @@ class HTTPBackend:
             # Reset connections and truncated bodies: nothing usable arrived.
             return self._fail(request, "upstream_protocol_error",
                               f"{type(exc).__name__}: {_reason(exc)}", retryable=True)
+        if self._echo_guard and self._echo_guard in raw:
+            raw = bytearray(raw.replace(self._echo_guard, REDACTED.encode()))
         return self._interpret(request, status, headers, bytes(raw))
 
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],

@@ -4,6 +4,7 @@ CallTool, events around both. All policy lives in the loop; all I/O lives here."
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from spearpy import abi
@@ -21,6 +22,7 @@ from spearpy.chat.protocol import (
 )
 from spearpy.fdtable import ChatResponse
 from spearpy.guestcall import call_tool
+from spearpy.hostcalls import upstream
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:
@@ -103,9 +105,18 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
         if isinstance(action, Complete):
             run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
                             messages=len(action.messages))
-            result = backend.complete(CompletionRequest(
+            request = CompletionRequest(
                 model=model, messages=action.messages, tools=action.tools, params=forwarded,
-                timeout_s=timeout_s, deadline=run.effective_deadline()))
+                timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event)
+            asked = time.monotonic()
+            result = upstream.complete(backend, request, run.options.cancel is not None)
+            if result is None:
+                # Cancelled mid-request: the next turn of the loop interrupts the send.
+                run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
+                                latency_ms=round((time.monotonic() - asked) * 1000.0, 3),
+                                usage=None, error="cancelled", status=None,
+                                tool_calls=0)
+                continue
             usage = (result.body or {}).get("usage") if result.body else None
             run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
                             latency_ms=round(result.latency_ms, 3),
