@@ -139,7 +139,8 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                                     f"the tool claimed {length} output bytes but the buffer "
                                     f"holds {buffers.capacity}", started, rc)
             finally:
-                _release(run, buffers)
+                if buffers.block is not None:  # arena buffers need no release
+                    _release(run, buffers)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
