@@ -27,7 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV" || exit 1
 fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
-"${PIP[@]}" -e . psutil || { echo "bench_env: cannot install spearpy itself" >&2; exit 1; }
+"${PIP[@]}" -e . || { echo "bench_env: cannot install spearpy itself" >&2; exit 1; }
 
 missing=()
 for peer in "${PEERS[@]}"; do
