@@ -86,6 +86,8 @@ class ChatSession:
 
     def answer_pending(self, code: str, message: str) -> list[ToolCall]:
         """Answer every pending call with the same error; returns those calls."""
+        if not self._pending:
+            return []  # the common case, on every message write: no JSON work
         calls = self.pending_calls()
         content = tool_error_content(code, message)
         for call in calls:

@@ -117,29 +117,33 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 usage=None, error="cancelled", status=None,
                                 tool_calls=0)
                 continue
-            usage = (result.body or {}).get("usage") if result.body else None
-            run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
-                            latency_ms=round(result.latency_ms, 3),
-                            usage=usage if isinstance(usage, dict) else None,
-                            error=result.error.code if result.error else None,
-                            status=result.error.status if result.error else None,
-                            tool_calls=_count_tool_calls(result.body))
+            if run.events.active:
+                usage = (result.body or {}).get("usage") if result.body else None
+                run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
+                                latency_ms=round(result.latency_ms, 3),
+                                usage=usage if isinstance(usage, dict) else None,
+                                error=result.error.code if result.error else None,
+                                status=result.error.status if result.error else None,
+                                tool_calls=_count_tool_calls(result.body))
             loop.on_completion(result)
         elif isinstance(action, CallTool):
             call = action.call
-            run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
-                            args_bytes=len(action.arguments.encode()), cached=False,
-                            iteration=loop.stats.iterations, executed=True,
-                            content={"arguments": action.arguments})
+            observed = run.events.active  # building event fields costs ~10 us a call
+            if observed:
+                run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
+                                args_bytes=len(action.arguments.encode()), cached=False,
+                                iteration=loop.stats.iterations, executed=True,
+                                content={"arguments": action.arguments})
             with run.tool_call():
                 outcome = call_tool(run, action.fn_offset, action.arguments,
                                     limits.max_tool_output_bytes, arena)
-            run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name, rc=outcome.rc,
-                            duration_ms=round(outcome.duration_ms, 3),
-                            output_bytes=len(outcome.output.encode()),
-                            error=outcome.error_code, cached=False,
-                            iteration=loop.stats.iterations, executed=True,
-                            content={"output": outcome.output})
+            if observed:
+                run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name,
+                                rc=outcome.rc, duration_ms=round(outcome.duration_ms, 3),
+                                output_bytes=len(outcome.output.encode()),
+                                error=outcome.error_code, cached=False,
+                                iteration=loop.stats.iterations, executed=True,
+                                content={"output": outcome.output})
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats
     for key, value in stats.usage.as_dict().items():
