@@ -1,10 +1,12 @@
 """`spearpy batch --ray`: on a local Ray cluster started by the test, results
-match local mode and a killed worker loses no input. Skipped without the
-[ray] extra."""
+match local mode, a killed worker loses no input, and traps stay traps.
+Skipped without the [ray] extra."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from spearpy import HostConfig
-from spearpy.batch import RayExecutor, run_batch
+from spearpy.batch import BatchInput, RayExecutor, ThreadExecutor, run_batch
 from tests.test_embed_support import (
     ECHO_WASM,
     Gate,
@@ -25,22 +27,55 @@ from tests.test_embed_support import (
     make_inputs,
     read_results,
     stable,
+    wat,
     write_inputs,
 )
 
-ray = pytest.importorskip("ray")
+# Checked without importing Ray: it reads its auth settings at import, and
+# the cluster fixture sets them first (RayExecutor imports it when it runs).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="needs the [ray] extra")
 COUNT = 200
+
+
+# The cluster lives in a process of its own: a Ray driver replaces the crash
+# signal handlers wasmtime turns into traps, and this process runs guests.
+_HOLD_A_CLUSTER = """
+import sys, ray
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """A two-CPU local cluster owned by this test process; its address lets a
-    `spearpy batch` subprocess join it as a client."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield str(ray.get_runtime_context().gcs_address)
-    finally:
-        ray.shutdown()
+    """A two-CPU local Ray cluster started for these tests; yields its address.
+
+    Token authentication stays on, with a token of this test's own in the
+    environment (inherited by the `spearpy batch` subprocesses), so nothing
+    is read from or written to ~/.ray."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_AUTH_MODE", "token")
+        env.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        env.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+        env.delenv("RAY_ADDRESS", raising=False)
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD_A_CLUSTER],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None
+            address = holder.stdout.readline().strip()
+            assert address, "the Ray cluster did not start"
+            yield address
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()  # the holder shuts its cluster down and exits
+            try:
+                holder.wait(120)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
 
 
 def _cli(server: Any, inputs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -75,11 +110,20 @@ def test_a_killed_ray_worker_loses_no_input(tmp_path: Path, scripted: Any,
     config = HostConfig(base_url=server.base_url, model="test-model", max_retries=0,
                         cache_dir=None)
     summary: list[Any] = []
-    batch = threading.Thread(target=lambda: summary.append(run_batch(
-        ECHO_WASM, write_inputs(tmp_path / "in.jsonl", items), out, executor, config=config)))
+
+    def run() -> None:
+        try:
+            summary.append(run_batch(ECHO_WASM, write_inputs(tmp_path / "in.jsonl", items), out,
+                                     executor, config=config))
+        except BaseException as exc:
+            summary.append(exc)
+            gate.arrived.set()
+
+    batch = threading.Thread(target=run)
     batch.start()
     try:
         assert gate.arrived.wait(120)  # input 10 is running inside one of the actors
+        assert not summary, summary
         pids = executor.worker_pids()
         assert pids and os.getpid() not in pids
         for pid in pids:
@@ -92,3 +136,20 @@ def test_a_killed_ray_worker_loses_no_input(tmp_path: Path, scripted: Any,
     check_results(results, items)
     assert results['"q010"']["attempts"] == 2  # retried on the restarted actor
     assert executor.lost_runs >= 1
+
+
+def test_traps_stay_traps_on_ray_and_in_the_driver(tmp_path: Path, cluster: str,
+                                                   make_host: Any) -> None:
+    trap = wat('(module (memory (export "memory") 1) (func (export "_start") unreachable))')
+    items = [BatchInput(index=i, line=i + 1, id=i) for i in range(4)]
+    config = HostConfig(base_url="http://127.0.0.1:9/v1", model="m", cache_dir=None)
+    outcomes = {}
+    for name, executor in (("ray", RayExecutor(cluster, 2)), ("local", ThreadExecutor(2))):
+        out = tmp_path / f"{name}.jsonl"
+        assert run_batch(trap, items, out, executor, config=config).complete
+        outcomes[name] = {k: stable(v) for k, v in read_results(out).items()}
+    assert outcomes["ray"] == outcomes["local"]
+    assert {r["outcome"] for r in outcomes["ray"].values()} == {"trap"}
+    # This process connected to Ray and left again: Ray's crash reporters
+    # must not have replaced the handlers that turn wasm traps into results.
+    assert make_host().run(trap).outcome == "trap"

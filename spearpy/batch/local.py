@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 class ThreadExecutor:
     """Run a batch on `threads` threads of this process."""
 
+    in_process = True
+
     def __init__(self, threads: int, host: Host | None = None) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")

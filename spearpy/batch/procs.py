@@ -52,6 +52,8 @@ class _Worker:
 class ProcessExecutor:
     """Run a batch on `processes` worker processes with `threads` threads each."""
 
+    in_process = False
+
     def __init__(self, processes: int, threads: int = 1, *,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         if processes < 1 or threads < 1:

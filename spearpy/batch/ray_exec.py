@@ -11,10 +11,13 @@ Ray is imported only when this executor is used: `pip install spearpy[ray]`.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS, Dispatch, Emit
@@ -58,6 +61,8 @@ class RayExecutor:
     ("ray://host:10001", "host:6379"), "auto" (the cluster this machine is
     part of) or "local" (start a private single-machine cluster)."""
 
+    in_process = False
+
     def __init__(self, address: str, concurrency: int, *, actors: int | None = None,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         if concurrency < 1:
@@ -87,7 +92,8 @@ class RayExecutor:
             return False
         address = None if self.address == "local" else self.address
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            with _crash_handlers_kept():
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BatchError(f"cannot connect to the Ray cluster {self.address!r}: {exc}") from exc
         return True
@@ -106,7 +112,8 @@ class RayExecutor:
             for handle in handles:
                 ray.kill(handle, no_restart=True)
             if started:
-                ray.shutdown()
+                with _crash_handlers_kept():  # shutdown resets them too
+                    ray.shutdown()
 
     def _start_actors(self, ray: Any, spec: WorkerSpec, jobs: int) -> tuple[list[Any], int]:
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
@@ -210,6 +217,36 @@ class _ActorPool:
             self._probe(slot, failures + 1)
         else:
             self.usable[slot] = True
+
+
+# Signals wasmtime turns into wasm traps (SIGILL: `unreachable` and other
+# trap instructions; SIGSEGV/SIGBUS: out-of-bounds accesses; SIGFPE: division).
+_TRAP_SIGNALS = (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE)
+# Larger than `struct sigaction` on every libc (glibc x86-64: 152 bytes): the
+# saved actions are only handed back to sigaction, never read.
+_SIGACTION_BYTES = 1024
+
+
+@contextlib.contextmanager
+def _crash_handlers_kept() -> Iterator[None]:
+    """Keep this process's handlers for the trap signals across `ray.init`.
+
+    Ray's driver installs crash reporters for them that do not chain to the
+    handlers before them, so once a Host had run here, the next guest trap
+    in this process would kill it instead of ending one run.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        saved = {sig: ctypes.create_string_buffer(_SIGACTION_BYTES) for sig in _TRAP_SIGNALS}
+        for sig, buffer in saved.items():
+            libc.sigaction(int(sig), None, buffer)
+    except (OSError, AttributeError):
+        saved = {}  # no sigaction here (not POSIX): nothing to keep
+    try:
+        yield
+    finally:
+        for sig, buffer in saved.items():
+            libc.sigaction(int(sig), buffer, None)
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:

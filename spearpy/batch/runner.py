@@ -18,6 +18,10 @@ from spearpy.config import HostConfig
 
 
 class Executor(Protocol):
+    # True if runs happen in this process: the module is then loaded here
+    # anyway, and loading it ahead of the executor would only add a compile.
+    in_process: bool
+
     def describe(self) -> str: ...
 
     def run(self, spec: WorkerSpec, jobs: Sequence[BatchInput],
@@ -84,13 +88,14 @@ def run_batch(
         label = name or Path(module).name
     jobs = list(inputs) if not isinstance(inputs, str | os.PathLike) else read_inputs(inputs)
     spec = WorkerSpec.build(config or HostConfig(), wasm, label, transcripts=transcripts)
-    _precompile(spec)
     stop = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     closed = threading.Event()  # set once the summary is final: late records are dropped
     with open_results(out) as results:
         todo = [job for job in jobs if job.key not in results.done]
         summary = BatchSummary(total=len(jobs), skipped=len(jobs) - len(todo))
+        if todo and not executor.in_process:
+            _precompile(spec)
         counts: Counter[str] = Counter()
         if on_start is not None:
             on_start(len(jobs), len(todo))
