@@ -100,6 +100,8 @@ def test_default_backend_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert catalog().default == "y"
     with pytest.raises(ConfigError, match="use openai, anthropic, scripted:FILE, replay:FILE"):
         catalog(backend="nope")
+    with pytest.raises(ConfigError, match=r"^--quirks / SPEARPY_QUIRKS: unknown quirk profile"):
+        catalog(backend="openai", quirks="olama")
 
 
 def test_the_guest_picks_a_backend_by_name(tmp_path: Path, dialect_server: Any,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import httpx
+from pydantic import ValidationError
 
 from spearpy.backends.cassette import CassetteWriter
 from spearpy.backends.config_file import BackendSpec, load_config_file
@@ -138,6 +139,14 @@ class BackendCatalog:
 
 def _flag_spec(config: HostConfig, kind: str, arg: str) -> BackendSpec:
     """The backend the flags and environment describe."""
+    try:
+        return _flag_spec_unchecked(config, kind, arg)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"--quirks / SPEARPY_QUIRKS: {message}") from None
+
+
+def _flag_spec_unchecked(config: HostConfig, kind: str, arg: str) -> BackendSpec:
     given = config.model_fields_set
     if kind == "scripted" and arg:
         return BackendSpec(kind="scripted", script=arg, quirks=config.quirks)
