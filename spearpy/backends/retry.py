@@ -53,10 +53,12 @@ def retry_after_seconds(headers: dict[str, str]) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(raw) if raw.strip() else None
-        if parsed is None:
+        # An HTTP-date; anything else is the server's garbage, not a reason to fail.
+        try:
+            parsed = email.utils.parsedate_to_datetime(raw)
+            value = float(parsed.timestamp()) - time.time()
+        except (ValueError, TypeError, IndexError, OverflowError):
             return None
-        value = float(parsed.timestamp()) - time.time()
     return value if 0 <= value <= MAX_RETRY_AFTER else None
 
 
