@@ -29,7 +29,7 @@ class HostConfig(BaseSettings):
     # variable that holds it, so a config object can be logged or pickled.
     base_url: str = Field(
         "https://api.openai.com/v1",
-        validation_alias=AliasChoices("base_url", "OPENAI_BASE_URL", "SPEARPY_BASE_URL"),
+        validation_alias=AliasChoices("OPENAI_BASE_URL", "SPEARPY_BASE_URL"),
     )
     api_key_env: str = "OPENAI_API_KEY"
     model: str | None = None

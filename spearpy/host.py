@@ -186,6 +186,10 @@ class Host:
                 self._backends[key] = backend
         return backend, None
 
+    def key_envs(self) -> list[str]:
+        """Names of every env var that holds an API key this host may send."""
+        return sorted({self.config.api_key_env, *self._catalog.key_envs()} - {""})
+
     def replay_mismatch(self) -> str | None:
         """Where a replayed run first diverged from its cassette (None: it did not)."""
         return self._catalog.replay_mismatch()

@@ -16,6 +16,7 @@ EXIT_CODES: dict[str, int] = {
     "fuel_exhausted": 135,
     "log_limit": 136,
     "memory_limit": 137,
+    "replay_mismatch": 138,
     "load_error": 65,
     "host_error": 70,
 }

@@ -252,6 +252,12 @@ def test_cli_record_then_replay(tmp_path: Path) -> None:
     replayed = run("--backend", f"replay:{first}", "--record", str(second))
     assert replayed.returncode == 0 and replayed.stdout == MULTI_STDOUT, replayed.stderr
     assert second.read_bytes() == first.read_bytes()
+    # A guest whose requests differ from the cassette fails the run loudly.
+    other = ROOT / "wasm-samples" / "c_tool_sum.wasm"
+    diverged = subprocess.run([*base, "--backend", f"replay:{first}", str(other)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+    assert diverged.returncode == 138, diverged.stdout + diverged.stderr
+    assert "replay_mismatch" in diverged.stderr and "body." in diverged.stderr
 
 
 # ---- pieces ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -73,10 +74,13 @@ class Observability:
     Use as a context manager: leaving it writes the metrics file, stops the
     metrics server and closes every file."""
 
-    def __init__(self, opts: dict[str, Any], *, api_key_env: str = "OPENAI_API_KEY",
+    def __init__(self, opts: dict[str, Any], *,
+                 api_key_envs: Sequence[str] = ("OPENAI_API_KEY",),
                  stderr: IO[str] | None = None) -> None:
         self._stderr = stderr if stderr is not None else sys.stderr
-        self.redactor = Redactor.from_env([api_key_env, "OPENAI_API_KEY"])
+        # Every backend's key, not only the default one: a guest may pick any.
+        self._key_envs = [*api_key_envs, "OPENAI_API_KEY"]
+        self.redactor = Redactor.from_env(self._key_envs)
         self.sink = FanOut()
         # Undone last-in first-out: span exporters flush before their file
         # closes, logging leaves the log file before it closes.
@@ -85,14 +89,14 @@ class Observability:
         self.metrics_port: int | None = None  # the bound port (--metrics-port 0 picks one)
         self._metrics_file: str | None = opts.get("metrics_file")
         try:
-            self._setup(opts, api_key_env)
+            self._setup(opts)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, opts: dict[str, Any], api_key_env: str) -> None:
+    def _setup(self, opts: dict[str, Any]) -> None:
         log_content = bool(opts.get("log_content"))
-        self._setup_logging(opts, api_key_env)
+        self._setup_logging(opts)
         if opts.get("events_file"):
             writer = JsonlEventWriter(opts["events_file"], include_content=log_content,
                                       redactor=self.redactor)
@@ -101,7 +105,7 @@ class Observability:
         if opts.get("transcript_dir"):
             self.sink.add(TranscriptWriter(
                 opts["transcript_dir"], max_tool_bytes=opts.get("transcript_max_tool_bytes"),
-                redactor=Redactor.from_env([api_key_env, "OPENAI_API_KEY"], patterns=False)))
+                redactor=Redactor.from_env(self._key_envs, patterns=False)))
         if opts.get("metrics_file") or opts.get("metrics_port") is not None:
             self.metrics = Metrics()
             self.sink.add(self.metrics)
@@ -113,7 +117,7 @@ class Observability:
         if not opts.get("quiet") and not self._logs_on_stderr:
             self.sink.add(LiveView(self._stderr))
 
-    def _setup_logging(self, opts: dict[str, Any], api_key_env: str) -> None:
+    def _setup_logging(self, opts: dict[str, Any]) -> None:
         chosen = bool(opts.get("log_format") or opts.get("log_file"))
         level = opts.get("log_level") or ("info" if chosen else "warning")
         stream = self._stderr

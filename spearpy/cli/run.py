@@ -11,6 +11,7 @@ import click
 from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
 from spearpy.cli.options import host_from_options, host_options
 from spearpy.errors import SpearpyError
+from spearpy.outcome import exit_code_for
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -50,7 +51,7 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     observe = pop_observe_options(options)
     host = host_from_options(options)
     try:
-        with Observability(observe, api_key_env=host.config.api_key_env) as obs:
+        with Observability(observe, api_key_envs=host.key_envs()) as obs:
             result = host.run(module, list(guest_args), env=env or None,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
                               capture_output=False, on_event=obs.sink)
@@ -58,9 +59,15 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)
     finally:
+        mismatch = host.replay_mismatch()
         host.close()
     if result.outcome != "exited":
         click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
+    if mismatch is not None:
+        # The guest saw an error body and exited as it chose; the run still
+        # failed as a replay, whatever the guest made of it.
+        click.echo(f"spearpy: replay_mismatch: {mismatch}", err=True)
+        sys.exit(exit_code_for("replay_mismatch"))
     sys.exit(result.exit_code)
 
 
