@@ -66,6 +66,19 @@ class _Attempt:
     server_delay: float | None = None
 
 
+class _OutOfTime(tenacity.stop.stop_base):
+    """Stop retrying once the run is cancelled or its deadline has passed."""
+
+    def __init__(self, request: CompletionRequest) -> None:
+        self._request = request
+
+    def __call__(self, _state: tenacity.RetryCallState) -> bool:
+        request = self._request
+        if request.cancel is not None and request.cancel.is_set():
+            return True
+        return request.deadline is not None and time.monotonic() >= request.deadline
+
+
 class HTTPBackend:
     kind: ClassVar[str] = "http"
     path: ClassVar[str] = "/chat/completions"
@@ -147,9 +160,25 @@ class HTTPBackend:
         started = time.monotonic()
         payload = json.dumps(self.wire_body(request), separators=(",", ":"),
                              ensure_ascii=False).encode()
-        last: list[_Attempt] = []
+        final = self._attempt(request, payload)
+        if final.retryable and self._retry.max_retries > 0:
+            final = self._retry_attempts(request, payload, final)
+        result = final.result
+        return CompletionResult(
+            backend=result.backend, model=result.model, body=result.body, error=result.error,
+            latency_ms=(time.monotonic() - started) * 1000.0,
+        )
+
+    def _retry_attempts(self, request: CompletionRequest, payload: bytes,
+                        first: _Attempt) -> _Attempt:
+        """Retries after a retryable first attempt. Kept off the common path:
+        building the tenacity machinery costs more than a loopback round trip."""
+        last = [first]
+        replay_first = [first]
 
         def attempt() -> _Attempt:
+            if replay_first:
+                return replay_first.pop()  # already made; lets tenacity wait before retry 1
             outcome = self._attempt(request, payload)
             last.append(outcome)
             return outcome
@@ -161,12 +190,6 @@ class HTTPBackend:
                 delay = min(delay, max(0.0, request.deadline - time.monotonic()))
             return delay
 
-        class _OutOfTime(tenacity.stop.stop_base):
-            def __call__(self, _state: tenacity.RetryCallState) -> bool:
-                if request.cancel is not None and request.cancel.is_set():
-                    return True
-                return request.deadline is not None and time.monotonic() >= request.deadline
-
         def sleep(seconds: float) -> None:
             # A cancelled run must not sit out a backoff (Retry-After may say 60 s).
             if request.cancel is not None:
@@ -175,7 +198,7 @@ class HTTPBackend:
                 time.sleep(seconds)
 
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(),
+            stop=tenacity.stop_after_attempt(self._retry.max_retries + 1) | _OutOfTime(request),
             wait=wait,
             sleep=sleep,
             retry=tenacity.retry_if_result(lambda a: a.retryable),
@@ -183,11 +206,7 @@ class HTTPBackend:
             reraise=False,
         )
         final: _Attempt = retrying(attempt)
-        result = final.result
-        return CompletionResult(
-            backend=result.backend, model=result.model, body=result.body, error=result.error,
-            latency_ms=(time.monotonic() - started) * 1000.0,
-        )
+        return final
 
     def _timeout_for(self, request: CompletionRequest) -> float:
         timeout = self._timeout
