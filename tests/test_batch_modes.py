@@ -52,12 +52,14 @@ def test_threads_and_processes_give_identical_results(tmp_path: Path, scripted: 
     items = make_inputs(COUNT)
     inputs = write_inputs(tmp_path / "in.jsonl", [*items, TOO_BIG])
     outputs = {}
-    for mode in (("--threads",), ("--processes",), ()):
+    for mode in (("--threads", "--progress"), ("--processes",), ()):
         name = mode[0].strip("-") if mode else "default"
         out = tmp_path / f"{name}.jsonl"
         code, err = _finish(_batch(server, inputs, out, "--jobs", "4", *mode))
         assert code == 0, err
         assert f"{COUNT + 1} inputs, 0 already done, {COUNT + 1} run" in err
+        if "--progress" in mode:  # the bar's last state: all done, one guest failed
+            assert f"{COUNT + 1}/{COUNT + 1} 1 not ok" in err
         outputs[name] = read_results(out)
     threads = outputs["threads"]
     check_results({k: v for k, v in threads.items() if k != '"too-big"'}, items)
@@ -141,9 +143,13 @@ def test_thread_executor_can_share_an_embedders_host(tmp_path: Path, scripted: A
     items = make_inputs(12)
     summary = run_batch(ECHO_WASM, write_inputs(tmp_path / "in.jsonl", items),
                         tmp_path / "out.jsonl", ThreadExecutor(3, host=host),
-                        config=host.config)
+                        config=host.config, transcripts=True)
     assert summary.complete and summary.outcomes == {"exited": 12}
-    check_results(read_results(tmp_path / "out.jsonl"), items)
+    results = read_results(tmp_path / "out.jsonl")
+    check_results(results, items)
+    for item in items:
+        [transcript] = results[json.dumps(item["id"])]["transcripts"]
+        assert transcript["messages"][0] == {"role": "user", "content": prompt_of(item)}
     assert host.run(ECHO_WASM, ["still usable"]).ok  # the executor did not close it
 
 
