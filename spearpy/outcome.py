@@ -8,7 +8,8 @@ from typing import Any
 # Distinct exit codes so scripts can tell why a run ended without parsing
 # text. 124 follows coreutils `timeout`, 130 the shell's SIGINT convention,
 # 134 SIGABRT (a trapped guest is an aborted program); the rest sit in the
-# unused 125-137 band. 65/70 are sysexits' EX_DATAERR / EX_SOFTWARE.
+# unused 125-138 band. 65/70/75 are sysexits' EX_DATAERR / EX_SOFTWARE /
+# EX_TEMPFAIL (a batch input whose worker process kept dying).
 EXIT_CODES: dict[str, int] = {
     "timeout": 124,
     "cancelled": 130,
@@ -17,6 +18,7 @@ EXIT_CODES: dict[str, int] = {
     "log_limit": 136,
     "memory_limit": 137,
     "replay_mismatch": 138,
+    "worker_lost": 75,
     "load_error": 65,
     "host_error": 70,
 }

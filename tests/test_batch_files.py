@@ -92,7 +92,7 @@ def test_dispatch_retries_lost_inputs_then_reports_them() -> None:
     assert again == (jobs[0], 2)  # back at the front, second attempt
     dispatch.lost(again[0], again[1], "killed")
     assert emitted[0]["outcome"] == WORKER_LOST and emitted[0]["attempts"] == 2
-    assert emitted[0]["exit_code"] == 70
+    assert emitted[0]["exit_code"] == 75  # EX_TEMPFAIL
     last = dispatch.take()
     assert last is not None
     dispatch.finished({"id": 1})

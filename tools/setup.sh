@@ -2,9 +2,10 @@
 # Prepare a fresh machine: a virtualenv in .venv with spearpy and its dev tools.
 #
 #   tools/setup.sh               Python side only (enough for `spearpy demo` and `spearpy run`)
-#   tools/setup.sh --toolchains  also the wasm32 toolchains the tests build guests with
+#   tools/setup.sh --toolchains  also what only the tests need: the wasm32 toolchains
 #                                (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32
-#                                rustc libstd-rust-dev-wasm32), installed with apt-get
+#                                rustc libstd-rust-dev-wasm32, through apt-get) and the
+#                                [ray] extra for the batch-on-Ray tests
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -42,4 +43,6 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,otel]'
+EXTRAS="dev,otel"
+[ $TOOLCHAINS = 1 ] && EXTRAS="$EXTRAS,ray"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"

@@ -21,19 +21,8 @@ from spearpy.batch import (
     run_batch,
 )
 from spearpy.batch.progress import BatchProgress
-from spearpy.cli.options import host_options
-from spearpy.config import HostConfig
+from spearpy.cli.options import config_from_options, host_options
 from spearpy.errors import ModuleLoadError
-
-
-def _config(options: dict[str, Any]) -> HostConfig:
-    given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
-    if options.get("no_cache"):
-        given["cache_dir"] = None
-    try:
-        return HostConfig(**given)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
 
 
 def _executor(jobs: int, threads: bool, processes: bool, ray: str | None,
@@ -83,7 +72,7 @@ def batch(module: str, inputs_path: str, out_path: str, jobs: int | None, thread
     a warm Host, with threads inside each process for the rest of --jobs.
     Interrupted batches resume: re-running skips inputs already in --out.
     """
-    config = _config(options)
+    config = config_from_options(options)
     executor = _executor(jobs or os.cpu_count() or 1, threads, processes, ray_address,
                          max_attempts)
     show = progress if progress is not None else sys.stderr.isatty()

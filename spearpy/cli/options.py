@@ -45,14 +45,23 @@ def host_options(func: Any) -> Any:
         func)
 
 
-def host_from_options(options: dict[str, Any]) -> Host:
+def config_from_options(options: dict[str, Any]) -> HostConfig:
+    """The HostConfig the host flags describe (flags not given fall back to env/defaults)."""
     given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
     if options.get("no_cache"):
         given["cache_dir"] = None
     if "config" in given:
         given["config_file"] = given.pop("config")
     try:
-        return Host(HostConfig(**given))
+        return HostConfig(**given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def host_from_options(options: dict[str, Any]) -> Host:
+    config = config_from_options(options)
+    try:
+        return Host(config)
     except (ValueError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
 
