@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 import threading
@@ -237,10 +238,15 @@ class GuestRun:
     def _wasi(self, scratch: Path) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         wasi.argv = [self.module.name, *self.options.argv]
+        env: dict[str, str] = {}
         if self.options.inherit_env:
-            wasi.inherit_env()
-        if self.options.env:
-            wasi.env = list(self.options.env.items())
+            # Passing the environment through never passes the upstream keys:
+            # they belong to the operator, and the guest is untrusted.
+            hidden = {*self.host.key_envs(), "OPENAI_API_KEY"}
+            env = {k: v for k, v in os.environ.items() if k not in hidden}
+        env.update(self.options.env or {})
+        if env:
+            wasi.env = list(env.items())
         if self.options.stdin is not None:
             path = scratch / "stdin"
             path.write_bytes(self.options.stdin)
