@@ -17,12 +17,8 @@ import json
 import re
 from typing import Any
 
-import httpx
-
 from spearpy.backends.base import CompletionRequest
-from spearpy.backends.httpbackend import DecodeError, HTTPBackend, TransportWrapper
-from spearpy.backends.quirks import QuirkProfile
-from spearpy.backends.retry import RetryPolicy
+from spearpy.backends.httpbackend import DecodeError, HTTPBackend
 from spearpy.chat.protocol import JSONDict
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -52,29 +48,20 @@ class AnthropicBackend(HTTPBackend):
     kind = "anthropic"
     path = "/messages"
 
+    default_key_env = "ANTHROPIC_API_KEY"
+
     def __init__(
         self,
         *,
-        name: str = "anthropic",
         base_url: str = "https://api.anthropic.com/v1",
-        api_key_env: str = "ANTHROPIC_API_KEY",
-        default_model: str | None = None,
-        request_timeout: float = 120.0,
-        retry: RetryPolicy | None = None,
-        client: httpx.Client | None = None,
-        max_connections: int = 64,
-        quirks: QuirkProfile | str | None = None,
-        wrap_transport: TransportWrapper | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         anthropic_version: str = ANTHROPIC_VERSION,
+        **options: Any,
     ) -> None:
+        """`options` are HTTPBackend's (name, api_key_env, default_model, ...)."""
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
-        super().__init__(
-            name=name, base_url=base_url, api_key_env=api_key_env, default_model=default_model,
-            request_timeout=request_timeout, retry=retry, client=client,
-            max_connections=max_connections, quirks=quirks, wrap_transport=wrap_transport,
-        )  # fmt: skip
+        super().__init__(base_url=base_url, **options)
         self._headers["anthropic-version"] = anthropic_version
 
     def auth_headers(self, key: str) -> dict[str, str]:

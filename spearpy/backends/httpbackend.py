@@ -82,13 +82,15 @@ class _OutOfTime(tenacity.stop.stop_base):
 class HTTPBackend:
     kind: ClassVar[str] = "http"
     path: ClassVar[str] = "/chat/completions"
+    # Where a dialect's key lives unless the configuration says otherwise.
+    default_key_env: ClassVar[str] = ""
 
     def __init__(
         self,
         *,
-        name: str,
+        name: str | None = None,
         base_url: str,
-        api_key_env: str = "",
+        api_key_env: str | None = None,
         default_model: str | None = None,
         request_timeout: float = 120.0,
         retry: RetryPolicy | None = None,
@@ -97,7 +99,9 @@ class HTTPBackend:
         quirks: QuirkProfile | str | None = None,
         wrap_transport: TransportWrapper | None = None,
     ) -> None:
-        self.name = name
+        self.name = name or self.kind
+        if api_key_env is None:
+            api_key_env = self.default_key_env
         self.default_model = default_model or ""
         self.base_url = base_url
         self.api_key_env = api_key_env
