@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -15,9 +15,12 @@ from spearpy.observe.events import EventSink, FanOut
 from spearpy.observe.jsonl import JsonlEventWriter
 from spearpy.observe.live import LiveView
 from spearpy.observe.logs import FORMATS, LogSink, configure_logging
-from spearpy.observe.metrics import Metrics
 from spearpy.observe.redact import Redactor
 from spearpy.observe.transcripts import TranscriptWriter
+
+if TYPE_CHECKING:
+    # prometheus-client only when metrics are asked for (imported in _setup).
+    from spearpy.observe.metrics import Metrics
 
 _LEVELS = ("debug", "info", "warning", "error")
 _OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
@@ -107,6 +110,8 @@ class Observability:
                 opts["transcript_dir"], max_tool_bytes=opts.get("transcript_max_tool_bytes"),
                 redactor=Redactor.from_env(self._key_envs, patterns=False)))
         if opts.get("metrics_file") or opts.get("metrics_port") is not None:
+            from spearpy.observe.metrics import Metrics
+
             self.metrics = Metrics()
             self.sink.add(self.metrics)
             if opts.get("metrics_port") is not None:
@@ -131,8 +136,9 @@ class Observability:
         # Progress lines and info-level log lines on one stderr would say
         # everything twice: a log on stderr replaces the live view.
         self._logs_on_stderr = stream is self._stderr and level in ("debug", "info")
+        # Deferred: a run that logs no line at `level` never loads structlog.
         configure_logging(opts.get("log_format") or "console", level, stream=stream,
-                          redactor=self.redactor)
+                          redactor=self.redactor, defer=True)
         self.sink.add(LogSink(log_content=bool(opts.get("log_content"))))
 
     def _serve_metrics(self, metrics: Metrics, port: int, addr: str) -> None:

@@ -66,9 +66,9 @@ class _OnceReporter:
             if index in self._failed:
                 return
             self._failed.add(index)
-        import structlog
+        from spearpy.observe.logs import get_logger
 
-        structlog.get_logger("spearpy").exception("event sink failed", sink=repr(sink))
+        get_logger("spearpy").exception("event sink failed", sink=repr(sink))
 
 
 def _deliver(sinks: Iterable[EventSink], event: Event, reporter: _OnceReporter) -> None:

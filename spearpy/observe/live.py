@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import IO, Any
-
-from rich.console import Console
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any
 
 from spearpy.observe import events as ev
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _ms(value: Any) -> str:
@@ -93,8 +93,12 @@ class LiveView:
         self._stream = stream if stream is not None else sys.stderr
         styled = rich_output if rich_output is not None else bool(
             getattr(self._stream, "isatty", bool)())
-        self._console = Console(file=self._stream, highlight=False, soft_wrap=True) \
-            if styled else None
+        self._console: Console | None = None
+        if styled:
+            # rich only for a terminal: plain lines must not pay its import.
+            from rich.console import Console
+
+            self._console = Console(file=self._stream, highlight=False, soft_wrap=True)
         self._lock = threading.Lock()
 
     @property
@@ -108,6 +112,8 @@ class LiveView:
         text, style = line
         with self._lock:
             if self._console is not None:
+                from rich.text import Text
+
                 self._console.print(Text(text, style=style or ""))
             else:
                 self._stream.write(f"spearpy: {text}\n")

@@ -5,23 +5,66 @@ not apply), so one `jq 'select(.run_id=="...")'` follows a run. Tool arguments
 and outputs appear as {bytes, sha256} unless `log_content` is set, and every
 line passes through a Redactor last, whatever its level: a key can only reach
 a line by being in one of its values, and that is where it is removed.
+
+structlog is imported on first use: with rich installed it costs ~100 ms of
+start-up, and a `spearpy run` that logs nothing must not pay for it (see
+`configure_logging(defer=True)`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
-from typing import IO, Any, TextIO, cast
-
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+import threading
+from collections.abc import Callable, MutableMapping
+from contextvars import ContextVar
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 from spearpy.observe import events as ev
 from spearpy.observe.redact import Redactor, digest
 
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, Processor, WrappedLogger
+
 CONTEXT_KEYS = ("run_id", "session_fd", "iteration")
 FORMATS = ("console", "json")
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR}
+
+# A configure_logging(defer=True) not applied yet: (lowest level that makes a
+# line, apply). Whatever first needs structlog applies it (`_structlog`).
+_deferred: tuple[int, Callable[[], None]] | None = None
+_deferred_lock = threading.Lock()
+# The context LogSink binds, kept here too: while the configuration is
+# deferred structlog is not loaded, and when it arrives mid-run this thread's
+# context is bound into structlog's context vars then.
+_context: ContextVar[dict[str, Any] | None] = ContextVar("spearpy_log_context", default=None)
+
+
+def _structlog() -> ModuleType:
+    """structlog, with a deferred configuration applied first."""
+    global _deferred
+    import structlog
+
+    if _deferred is not None:
+        with _deferred_lock:
+            pending, _deferred = _deferred, None
+        if pending is not None:
+            # structlog was not loaded when the deferral was made: a
+            # configuration it has now was made later, and the later call wins.
+            if not structlog.is_configured():
+                pending[1]()
+            held = _context.get()
+            if held:
+                structlog.contextvars.bind_contextvars(**held)
+    return structlog
+
+
+def get_logger(name: str = "spearpy") -> Any:
+    """A structlog logger, through the configuration `configure_logging` set
+    (also a deferred one)."""
+    return _structlog().get_logger(name)
 
 
 def _ensure_context(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
@@ -41,16 +84,35 @@ class _Scrub:
 
 def configure_logging(fmt: str = "console", level: str | int = "info", *,
                       stream: IO[str] | None = None, redactor: Redactor | None = None,
-                      colors: bool | None = None) -> None:
+                      colors: bool | None = None, defer: bool = False) -> None:
     """Configure structlog process-wide for spearpy's lines.
 
-    `stream` defaults to stderr: stdout belongs to the guest."""
+    `stream` defaults to stderr: stdout belongs to the guest. `defer=True`
+    keeps structlog unloaded until a line at `level` or above is logged by a
+    LogSink or through `get_logger`, and configures it then."""
+    global _deferred
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, got {fmt!r}")
     numeric = level if isinstance(level, int) else logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     out = stream if stream is not None else sys.stderr
+    scrub = _Scrub(redactor or Redactor.from_env())
+
+    def apply() -> None:
+        _apply(fmt, numeric, out, scrub, colors)
+
+    # Once structlog is loaded there is nothing to save by waiting.
+    defer = defer and "structlog" not in sys.modules
+    with _deferred_lock:
+        _deferred = (numeric, apply) if defer else None
+    if not defer:
+        apply()
+
+
+def _apply(fmt: str, numeric: int, out: IO[str], scrub: _Scrub, colors: bool | None) -> None:
+    import structlog
+
     renderer: Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer(sort_keys=False, default=str)
@@ -66,7 +128,7 @@ def configure_logging(fmt: str = "console", level: str | int = "info", *,
         # Tracebacks become text before the scrub, so a key inside an
         # exception message is removed too.
         structlog.processors.format_exc_info,
-        _Scrub(redactor or Redactor.from_env()),
+        scrub,
         renderer,
     ]
     structlog.configure(
@@ -90,11 +152,17 @@ class LogSink:
 
     def __init__(self, *, log_content: bool = False, logger: Any | None = None) -> None:
         self.log_content = log_content
-        self._log = logger if logger is not None else structlog.get_logger("spearpy")
+        self._log = logger  # None = structlog's "spearpy" logger, fetched when first needed
 
     def __call__(self, event: ev.Event) -> None:
         data = dict(event.data)
-        self._bind(event, data)
+        level, message = _describe(event)
+        deferred = _deferred
+        if deferred is not None and self._log is None and _LEVELS[level] < deferred[0]:
+            _track_context(event, data)  # no line: structlog stays unloaded
+            return
+        structlog = _structlog()
+        self._bind(structlog, event, data)
         fields: MutableMapping[str, Any] = {"run_id": event.run_id, "session_fd": event.fd,
                                             "iteration": data.pop("iteration", None),
                                             "seq": event.seq, **data}
@@ -103,15 +171,16 @@ class LogSink:
             fields["arguments"] = _content_field(content.get("arguments"), self.log_content)
         elif event.kind == ev.TOOL_END:
             fields["output"] = _content_field(content.get("output"), self.log_content)
-        level, message = _describe(event)
-        getattr(self._log, level)(message, **fields)
+        log = self._log if self._log is not None else structlog.get_logger("spearpy")
+        getattr(log, level)(message, **fields)
         if event.kind == ev.SEND_END:
             structlog.contextvars.unbind_contextvars("session_fd", "iteration")
         elif event.kind == ev.RUN_END:
             structlog.contextvars.unbind_contextvars(*CONTEXT_KEYS)
+        _track_context(event, data)
 
     @staticmethod
-    def _bind(event: ev.Event, data: dict[str, Any]) -> None:
+    def _bind(structlog: ModuleType, event: ev.Event, data: dict[str, Any]) -> None:
         if event.kind == ev.RUN_START:
             structlog.contextvars.bind_contextvars(run_id=event.run_id)
         elif event.kind == ev.SEND_START:
@@ -119,6 +188,22 @@ class LogSink:
                                                    iteration=None)
         elif event.kind == ev.COMPLETION_START:
             structlog.contextvars.bind_contextvars(iteration=data.get("iteration"))
+
+
+def _track_context(event: ev.Event, data: dict[str, Any]) -> None:
+    """What LogSink binds, in spearpy's own context var (see `_context`)."""
+    held = _context.get() or {}
+    if event.kind == ev.RUN_START:
+        _context.set({**held, "run_id": event.run_id})
+    elif event.kind == ev.SEND_START:
+        _context.set({**held, "run_id": event.run_id, "session_fd": event.fd,
+                      "iteration": None})
+    elif event.kind == ev.COMPLETION_START:
+        _context.set({**held, "iteration": data.get("iteration")})
+    elif event.kind == ev.SEND_END and held:
+        _context.set({k: v for k, v in held.items() if k not in ("session_fd", "iteration")})
+    elif event.kind == ev.RUN_END and held:
+        _context.set(None)
 
 
 def _describe(event: ev.Event) -> tuple[str, str]:
