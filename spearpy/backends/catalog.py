@@ -10,25 +10,25 @@ Sources, merged once when the Host starts:
   the cassette, each replaying its exchanges;
 - `--record FILE` wraps every backend built so its exchanges land in FILE.
 
-Backends are built lazily (a scripted one starts a server), once per name.
+Backends are built lazily (a scripted one starts a server), once per name;
+so are their modules: a host whose guests never send imports no httpx.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import ValidationError
 
 from spearpy.backends.cassette import CassetteWriter
-from spearpy.backends.config_file import BackendSpec, load_config_file
-from spearpy.backends.factory import HostDefaults, build_from_spec
-from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
-from spearpy.backends.record import RecordingTransport
-from spearpy.backends.replay import ReplayCursor, replay_backend
+from spearpy.backends.config_file import BackendSpec, HostDefaults, load_config_file
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:
+    import httpx
+
+    from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
+    from spearpy.backends.replay import ReplayCursor
     from spearpy.config import HostConfig
 
 _SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
@@ -54,6 +54,8 @@ class BackendCatalog:
         record = str(config.record) if config.record is not None else None
         chosen = config.backend
         if chosen is not None and chosen.startswith("replay:"):
+            from spearpy.backends.replay import ReplayCursor
+
             cursor = ReplayCursor(chosen.removeprefix("replay:"))
             default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
             names = {*cursor.data["backends"], default}
@@ -90,6 +92,8 @@ class BackendCatalog:
         if spec.kind == "replay":
             backend = self._build_replay(name, spec, wrap)
         else:
+            from spearpy.backends.factory import build_from_spec
+
             backend = build_from_spec(name, spec, self.defaults, wrap)
         if self.writer is not None:
             self.writer.add_backend(name, backend.describe())
@@ -97,6 +101,8 @@ class BackendCatalog:
 
     def _build_replay(self, name: str, spec: BackendSpec,
                       wrap: TransportWrapper | None) -> HTTPBackend:
+        from spearpy.backends.replay import ReplayCursor, replay_backend
+
         if self.replay is not None:
             if name not in self.replay.data["backends"]:
                 raise ConfigError(f"the cassette {self.replay.path!r} holds no exchange of "
@@ -120,6 +126,8 @@ class BackendCatalog:
             return None
 
         def wrap(inner: httpx.BaseTransport) -> httpx.BaseTransport:
+            from spearpy.backends.record import RecordingTransport
+
             return RecordingTransport(inner, writer, name)
 
         return wrap

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -84,6 +85,16 @@ class BackendSpec(BaseModel):
         if self.kind == "replay" and self.cassette is None:
             return "kind 'replay' needs `cassette` (the cassette file)"
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class HostDefaults:
+    """Host-wide values a spec falls back to (here, not in factory.py, so the
+    catalog can read specs without importing httpx and the backends)."""
+
+    model: str | None = None
+    request_timeout: float = 120.0
+    max_retries: int = 2
 
 
 def default_config_path() -> Path:
@@ -153,4 +164,5 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {message}"
 
 
-__all__ = ["PROFILES", "BackendSpec", "default_config_path", "load_config_file", "parse_config"]
+__all__ = ["PROFILES", "BackendSpec", "HostDefaults", "default_config_path", "load_config_file",
+           "parse_config"]

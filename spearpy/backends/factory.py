@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spearpy.backends.anthropic import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, AnthropicBackend
-from spearpy.backends.config_file import BackendSpec
+from spearpy.backends.config_file import BackendSpec, HostDefaults
 from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
 from spearpy.backends.openai import OpenAIBackend
 from spearpy.backends.quirks import QuirkProfile
@@ -16,15 +15,6 @@ from spearpy.errors import ConfigError
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.config import HostConfig
-
-
-@dataclass(frozen=True, slots=True)
-class HostDefaults:
-    """Host-wide values a spec falls back to."""
-
-    model: str | None = None
-    request_timeout: float = 120.0
-    max_retries: int = 2
 
 
 class ScriptedBackend(OpenAIBackend):
