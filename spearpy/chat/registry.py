@@ -2,24 +2,24 @@
 
 Schemas come from the guest and arguments from the model; neither is trusted.
 A schema is checked once at registration and its validator built then, so a
-send never pays for schema compilation.
+send never pays for schema compilation. jsonschema itself (~50 ms to import)
+loads with the first tool that has parameters, not with the host.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-import jsonschema
-import referencing
-import referencing.exceptions
-from jsonschema.exceptions import SchemaError, best_match
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING, Any, cast
 
 from spearpy import abi
 from spearpy.chat.protocol import JSONDict
+
+if TYPE_CHECKING:
+    import referencing
+    from jsonschema.protocols import Validator
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -27,9 +27,14 @@ TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 # arguments, and the message goes back to the model as a tool result.
 _MAX_MESSAGE_CHARS = 500
 
-# An empty registry: "$ref" may only point inside the schema itself. Without
-# it jsonschema would fetch http(s) refs from the network on behalf of a guest.
-_NO_REMOTE_REFS: referencing.Registry[Any] = referencing.Registry()
+
+@functools.cache
+def _no_remote_refs() -> referencing.Registry[Any]:
+    """An empty registry: "$ref" may only point inside the schema itself. Without
+    it jsonschema would fetch http(s) refs from the network on behalf of a guest."""
+    import referencing
+
+    return referencing.Registry()
 
 
 class RegistryError(Exception):
@@ -52,6 +57,9 @@ class Tool:
         """Return why `arguments` (parsed JSON) do not fit the schema, or None."""
         if self.validator is None:
             return None
+        import referencing.exceptions
+        from jsonschema.exceptions import best_match
+
         try:
             error = best_match(self.validator.iter_errors(cast(Any, arguments)))
         except referencing.exceptions.Unresolvable as exc:
@@ -112,6 +120,9 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
     if parameters is not None:
         if not isinstance(parameters, dict):
             raise _invalid('"parameters" must be a JSON object')
+        import jsonschema.validators
+        from jsonschema.exceptions import SchemaError
+
         try:
             jsonschema.validators.validator_for(parameters).check_schema(parameters)
         except SchemaError as exc:
@@ -138,8 +149,10 @@ def _build_validator(spec: JSONDict) -> Validator | None:
     parameters = function.get("parameters") if isinstance(function, dict) else None
     if not isinstance(parameters, dict):
         return None
+    import jsonschema.validators
+
     cls = jsonschema.validators.validator_for(parameters)
-    return cls(parameters, registry=_NO_REMOTE_REFS)
+    return cls(parameters, registry=_no_remote_refs())
 
 
 class ToolRegistry:
