@@ -18,6 +18,7 @@ import structlog
 import wasmtime
 
 from spearpy import _native
+from spearpy.capture import Capture, StreamCapture
 from spearpy.config import HostConfig
 from spearpy.fdtable import FdKind, FdTable
 from spearpy.memory import GuestMemory
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 
 _log = structlog.get_logger("spearpy")
 _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
-# Captured guest output is kept in memory; a guest printing forever must not
-# take the host down with it.
-MAX_CAPTURE_BYTES = 64 << 20
 _UNLIMITED_FUEL = (1 << 63) - 1
 # Store limits beyond --max-memory. wasmtime applies memory_size per linear
 # memory and table_elements per table, and a table.grow loop otherwise takes
@@ -78,20 +76,6 @@ def run_config(config: HostConfig, limits: dict[str, Any] | None) -> HostConfig:
     return HostConfig.model_validate({**config.model_dump(), **limits})
 
 
-class _Capture:
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.truncated = False
-
-    def write(self, chunk: bytes) -> int:
-        room = MAX_CAPTURE_BYTES - len(self.data)
-        if room > 0:
-            self.data += chunk[:room]
-        if len(chunk) > room:
-            self.truncated = True
-        return len(chunk)
-
-
 class GuestRun:
     """Everything one execution of a guest module owns. Used by one thread at a time."""
 
@@ -114,8 +98,9 @@ class GuestRun:
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self._tool_funcs: dict[int, _native.RawFunc | None] = {}
-        self.stdout = _Capture() if options.capture_output else None
-        self.stderr = _Capture() if options.capture_output else None
+        self.stdout = Capture() if options.capture_output else None
+        self.stderr = Capture() if options.capture_output else None
+        self._streams: StreamCapture | None = None
         self.store = wasmtime.Store(host.engine)
         self.memory = GuestMemory(self.store, None)
         self.allocator: tuple[_native.RawFunc, _native.RawFunc] | None = None
@@ -252,11 +237,13 @@ class GuestRun:
             path.write_bytes(self.options.stdin)
             wasi.stdin_file = str(path)
         if self.stdout is not None:
-            # Files, not stdout_custom: wasmtime-py's custom-output callbacks
+            # Paths, not stdout_custom: wasmtime-py's custom-output callbacks
             # can abort the process at interpreter exit (a tokio worker
             # starting during shutdown panics across the FFI boundary).
-            wasi.stdout_file = str(scratch / "stdout")
-            wasi.stderr_file = str(scratch / "stderr")
+            self._streams = StreamCapture(scratch)
+            paths = self._streams.paths()
+            wasi.stdout_file = str(paths["stdout"])
+            wasi.stderr_file = str(paths["stderr"])
         else:
             wasi.inherit_stdout()
             wasi.inherit_stderr()
@@ -299,7 +286,7 @@ class GuestRun:
             try:
                 outcome, message, exit_code = self._enter(Path(scratch))
             finally:
-                self._collect_output(Path(scratch))
+                self._collect_output()
         return self._finish(outcome, message, exit_code)
 
     def _enter(self, scratch: Path) -> tuple[str, str, int]:
@@ -324,17 +311,17 @@ class GuestRun:
         finally:
             _native.enter_run(previous)
 
-    def _collect_output(self, scratch: Path) -> None:
+    def _collect_output(self) -> None:
+        streams, self._streams = self._streams, None
+        if streams is None:
+            return
+        guest = streams.finish()
         for capture, name in ((self.stdout, "stdout"), (self.stderr, "stderr")):
-            path = scratch / name
-            if capture is None or not path.is_file():
-                continue
-            with path.open("rb") as handle:
-                guest = handle.read(MAX_CAPTURE_BYTES + 1)
-            # Host log lines were captured as they came; the guest's own
-            # stream goes first.
-            capture.data[:0] = guest[:MAX_CAPTURE_BYTES]
-            capture.truncated = capture.truncated or len(guest) > MAX_CAPTURE_BYTES
+            if capture is not None:
+                # Host log lines were captured as they came; the guest's own
+                # stream goes first.
+                capture.data[:0] = guest[name].data
+                capture.truncated = capture.truncated or guest[name].truncated
 
     def _classify_error(self, text: str) -> tuple[str, str]:
         if self.interrupt is not None:

@@ -1,0 +1,457 @@
+"""Stateful fuzzing of the hostcall layer with hypothesis.
+
+A RuleBasedStateMachine drives random sequences of `spear` hostcalls through
+the WAT probe guest (tests/probe.py): random fds (live, closed, never issued,
+extreme), pointers (inside, straddling the end, past it, negative) and
+lengths, and payloads that are sometimes meaningful (params, schemas, roles,
+tool answers) and sometimes garbage. Sends go to a scripted model over real
+loopback HTTP that answers with text, tool calls (known, unknown, malformed)
+or errors, so the auto tool loop runs the probe's tools with whatever arena
+the fuzzer configured.
+
+Checked on every step: no Python exception escapes the hostcall layer (a
+host bug would surface as `GuestRun.note_host_bug`, which fails the test, or
+as a trap out of the probe); every result is a value spear-abi.md documents
+for that hostcall; fds are never reused; ENOSPC leaves the output untouched
+and reports the needed size; every open session's transcript stays valid.
+
+The CI profile makes ~1,500 calls; `pytest -m long` makes at least 10^5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from spearpy import abi
+from spearpy.fdtable import FdKind
+from spearpy.host import Host
+from spearpy.instance import GuestRun
+from spearpy.testing import ScriptedServer
+from tests.probe import Probe, wat_module
+from tests.test_hostile_upstream import assert_valid_transcript
+
+PROBE = wat_module("probe.wat")
+LONG_CALLS = int(os.environ.get("SPEARPY_FUZZ_CALLS", "100000"))
+
+E = abi
+OK_OR = {
+    "log": {0, E.EINVAL, E.EFAULT},
+    "cchat_write_msg": {0, E.EBADF, E.EFAULT, E.EINVAL, E.EAGAIN},
+    "cchat_write_fn": {0, E.EBADF, E.EFAULT, E.EINVAL, E.EEXIST, E.EAGAIN},
+    "cchat_close": {0, E.EBADF, E.EAGAIN},
+    "spear_epoll_ctl": {0, E.EBADF, E.EINVAL},
+    "spear_epoll_close": {0, E.EBADF},
+}
+# Calls returning a count or fd on success (>= 0), else one of these.
+COUNT_OR = {
+    "cchat_ctl": {E.EBADF, E.EFAULT, E.EINVAL, E.ENOSPC, E.EIO, E.EACCES, E.EAGAIN},
+    "cchat_recv": {E.EBADF, E.EFAULT, E.ENOSPC},
+    "spear_fd_ctl": {E.EBADF, E.EFAULT, E.EINVAL, E.ENOSPC},
+    "spear_epoll_wait": {E.EBADF, E.EFAULT, E.ENOSPC},
+}
+FD_OR = {
+    "cchat_create": {E.EMFILE},
+    "spear_epoll_create": {E.EMFILE},
+    "cchat_send": {E.EBADF, E.EMFILE, E.EAGAIN, E.EACCES},
+}
+
+# The probe's tools by table index, minus 7 (spins until the tool deadline):
+# echo, wrong signature, trap, liar, rc 5, big, non-UTF-8; and indexes past the table.
+TOOL_INDEXES = [0, 1, 2, 3, 4, 5, 6, 8, 1000, -1]
+TOOL_NAMES = ["echo", "boom", "liar", "ghost", "x" * 65, "bad name!", ""]
+ROLES = ["user", "system", "assistant", "tool", "developer", "wizard", "", "USER"]
+PARAM_KEYS = ["model", "temperature", "max_iterations", "max_tool_calls", "max_total_tool_calls",
+              "max_tool_output_bytes", "tool_arena_ptr", "tool_arena_len", "strict_tools",
+              "cache_tool_results", "validate_tool_args", "max_total_tokens", "timeout_ms",
+              "backend", "messages", "stream", "n", "mcp.server", "seed", "stop", "whatever"]
+# What the user says decides what the scripted model answers (see SCRIPT).
+TRIGGERS = ["hello", "tools", "unknown", "malformed", "storm", "garbage", "endless", "big"]
+
+SCRIPT = {
+    "rules": [
+        {"when": {"last_role": "user", "last_user_contains": "tools"},
+         "reply": {"tool_calls": [{"name": "echo", "arguments": {"a": 1}},
+                                  {"name": "boom"}, {"name": "liar"}]}},
+        {"when": {"last_role": "user", "last_user_contains": "unknown"},
+         "reply": {"tool_calls": [{"name": "nope", "id": "dup"}, {"name": "echo", "id": "dup",
+                                                                  "arguments": "{bad json"}]}},
+        {"when": {"last_role": "user", "last_user_contains": "malformed"},
+         "reply": {"raw": {"choices": [{"message": {"role": "assistant", "tool_calls": [
+             "junk", {"function": {"name": "echo", "arguments": {"o": 1}}}, {"id": 7}]}}]}}},
+        {"when": {"last_user_contains": "storm"}, "reply": {"status": 503}},
+        {"when": {"last_user_contains": "garbage"}, "reply": {"fault": "garbage"}},
+        {"when": {"last_user_contains": "endless"},
+         "reply": {"tool_calls": [{"name": "echo", "arguments": {"again": True}}]}},
+        {"when": {"last_role": "user", "last_user_contains": "big"},
+         "reply": {"tool_calls": [{"name": "big"}]}},
+    ],
+    "default": {"content": "pong {{last_tool}}"},
+}
+
+
+class Stats:
+    calls = 0
+    examples = 0
+
+
+def _apart(out: int, length: int, len_ptr: int) -> bool:
+    """The output span and the length word do not overlap (a guest may alias
+    them; then the length the host stores lands inside the output)."""
+    return out + length <= len_ptr or len_ptr + 4 <= out
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+GARBAGE = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"\xff\xfe\xfd", b"{", b"null", b"[]", b"{}", b'{"key":1}',
+                     b"x" * (abi.MAX_LOG_LEN + 1)]))
+VALID_PARAMS = st.one_of(
+    st.tuples(st.just("temperature"), st.floats(0, 2)),
+    st.tuples(st.sampled_from(["max_iterations", "max_tool_calls", "max_total_tool_calls"]),
+              st.integers(0, 12)),
+    st.tuples(st.sampled_from(["strict_tools", "cache_tool_results", "validate_tool_args"]),
+              st.booleans()),
+    st.tuples(st.just("tool_arena_ptr"), st.integers(0, 300_000)),
+    st.tuples(st.just("tool_arena_len"), st.integers(0, 70_000)),
+    st.tuples(st.just("max_tool_output_bytes"), st.integers(1, 100_000)),
+    st.tuples(st.just("timeout_ms"), st.integers(100, 5_000)),
+    st.tuples(st.just("max_total_tokens"), st.integers(1, 500)),
+).map(lambda kv: _json({"key": kv[0], "value": kv[1]}))
+PARAMS = st.one_of(
+    VALID_PARAMS, VALID_PARAMS,
+    st.builds(lambda k, v: _json({"key": k, "value": v}), st.sampled_from(PARAM_KEYS),
+              st.one_of(st.none(), st.booleans(), st.integers(-2**33, 2**33),
+                        st.integers(0, 300_000), st.floats(allow_nan=True),
+                        st.text(max_size=10), st.lists(st.integers(), max_size=3))),
+    GARBAGE)
+SCHEMAS = st.one_of(
+    st.builds(lambda n: _json({"type": "function", "function": {
+        "name": n, "description": "d", "parameters": {"type": "object"}}}),
+              st.sampled_from(TOOL_NAMES)),
+    st.builds(lambda n: _json({"name": n, "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}}, "required": ["a"]}}), st.sampled_from(TOOL_NAMES)),
+    GARBAGE)
+TOOL_ANSWERS = st.builds(lambda i, c: _json({"tool_call_id": i, "content": c}),
+                         st.sampled_from(["dup", "call_0_0", "sp0000001", ""]),
+                         st.text(max_size=8))
+CONTENTS = st.one_of(st.sampled_from([t.encode() for t in TRIGGERS]),
+                     st.sampled_from([t.encode() for t in TRIGGERS]),
+                     st.text(max_size=20).map(str.encode), GARBAGE)
+FLAGS = st.one_of(st.builds(lambda s: _json({"set": s, "clear": []}),
+                            st.lists(st.sampled_from(["O_NONBLOCK", "O_WHATEVER"]), max_size=2)),
+                  GARBAGE)
+PAYLOADS = st.one_of(GARBAGE, PARAMS, SCHEMAS, TOOL_ANSWERS, CONTENTS, FLAGS)
+CMDS = st.sampled_from([0, 1, 2, 3, 4, 5, 6, -1, 2**31 - 1])
+
+
+class HostcallMachine(RuleBasedStateMachine):
+    host: Host
+
+    @initialize()
+    def start(self) -> None:
+        Stats.examples += 1
+        self.p = Probe(self.host, PROBE)
+        self.issued: list[int] = []  # every fd ever returned, in order
+        self.kinds: dict[int, str] = {}  # fd -> the call that returned it
+        self.closed: set[int] = set()
+        self.last: tuple[int, int] = (Probe.A, 0)
+        # A session with working tools and an epoll set to start from, so
+        # short sequences reach sends and the tool loop too.
+        fd = self.check("cchat_create", self.hc("cchat_create"))
+        for index, name in ((0, "echo"), (2, "boom"), (3, "liar"), (5, "big")):
+            assert self.p.write_fn(fd, index, {"name": name, "parameters": {"type": "object"}}) == 0
+        assert self.p.write_msg(fd, "user", "tools") == 0
+        self.check("spear_epoll_create", self.hc("spear_epoll_create"))
+
+    def teardown(self) -> None:
+        if hasattr(self, "p"):
+            self.p.close()
+
+    # ---- drawing arguments -------------------------------------------------------
+
+    def _end(self) -> int:
+        return self.p.run.memory.size()
+
+    def fd(self, data: st.DataObject, want: str | None = None) -> int:
+        """Mostly a live fd (of the kind the call wants), sometimes a closed,
+        never-issued or extreme one."""
+        live = [fd for fd in self.issued if fd not in self.closed]
+        fitting = [fd for fd in live if self.kinds[fd] == want] or live
+        pick = data.draw(st.sampled_from(["fit"] * 6 + ["live", "issued", "random"]))
+        if pick == "fit" and fitting:
+            return int(data.draw(st.sampled_from(fitting)))
+        if pick == "live" and live:
+            return int(data.draw(st.sampled_from(live)))
+        if pick == "issued" and self.issued:
+            return int(data.draw(st.sampled_from(self.issued)))
+        return int(data.draw(st.one_of(st.integers(-3, 1100),
+                                       st.sampled_from([2**31 - 1, -2**31, 0]))))
+
+    def ptr_len(self, data: st.DataObject, fresh: st.SearchStrategy[bytes] | None = None
+                ) -> tuple[int, int]:
+        """Where a hostcall reads its input: mostly a payload just written
+        (`fresh`, or the last one the fuzzer wrote), sometimes a bad span."""
+        kind = data.draw(st.sampled_from(["fresh", "fresh", "last", "edge", "random"]))
+        if kind == "fresh" and fresh is not None:
+            payload = data.draw(fresh)
+            self.p.put(Probe.B, payload)
+            return Probe.B, len(payload)
+        if kind in ("fresh", "last"):
+            return self.last
+        end = self._end()
+        if kind == "edge":
+            length = data.draw(st.sampled_from([1, 4, 64, 4096]))
+            return data.draw(st.sampled_from([end - length // 2, end, end + 1, -16, -1])), length
+        return (data.draw(st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(0, end))),
+                data.draw(st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(-2, 70_000))))
+
+    def out_ptr(self, data: st.DataObject) -> tuple[int, int]:
+        """(out_ptr, len_ptr) with a capacity written at len_ptr when it is in memory."""
+        end = self._end()
+        out = data.draw(st.one_of(st.just(Probe.D), st.sampled_from([end - 2, end, -16]),
+                                  st.integers(0, end)))
+        len_ptr = data.draw(st.one_of(st.just(Probe.C), st.sampled_from([end - 2, -4]),
+                                      st.integers(0, end)))
+        capacity = data.draw(st.one_of(st.sampled_from([0, 1, 7, 8, 16, 60_000, 2**32 - 1]),
+                                       st.integers(0, 70_000)))
+        if 0 <= len_ptr <= end - 4:
+            self.p.u32(len_ptr, capacity)
+        return out, len_ptr
+
+    # ---- calling ------------------------------------------------------------------
+
+    def hc(self, name: str, *args: int) -> Any:
+        Stats.calls += 1
+        return self.p.hc(name, *args)
+
+    def check(self, name: str, rc: int) -> int:
+        if name in OK_OR:
+            assert rc in OK_OR[name], (name, rc)
+        elif name in COUNT_OR:
+            assert rc >= 0 or rc in COUNT_OR[name], (name, rc)
+        else:
+            assert rc in FD_OR[name] or rc >= abi.FIRST_FD, (name, rc)
+            if rc >= 0:
+                assert not self.issued or rc > max(self.issued), "an fd number was reused"
+                self.issued.append(rc)
+                self.kinds[rc] = name
+        return rc
+
+    # ---- rules ------------------------------------------------------------------------
+
+    @rule(data=st.data(), payload=PAYLOADS)
+    def write_payload(self, data: st.DataObject, payload: bytes) -> None:
+        ptr = data.draw(st.sampled_from([Probe.A, Probe.B, 100_000, 0]))
+        self.p.put(ptr, payload)
+        self.last = (ptr, len(payload))
+
+    @rule()
+    def create(self) -> None:
+        self.check("cchat_create", self.hc("cchat_create"))
+
+    @rule()
+    def epoll_create(self) -> None:
+        self.check("spear_epoll_create", self.hc("spear_epoll_create"))
+
+    @rule(data=st.data(), level=st.integers(-2, 6))
+    def log(self, data: st.DataObject, level: int) -> None:
+        self.check("log", self.hc("log", level, *self.ptr_len(data)))
+
+    @rule(data=st.data())
+    def write_msg(self, data: st.DataObject) -> None:
+        fd = self.fd(data, "cchat_create")
+        role = data.draw(st.sampled_from(ROLES[:5] * 3 + ROLES))
+        self.p.put(Probe.C + 512, role)
+        role_ptr, role_len = data.draw(st.sampled_from([(Probe.C + 512, len(role))] * 4
+                                                       + [self.ptr_len(data)]))
+        content = CONTENTS if role != "tool" else st.one_of(TOOL_ANSWERS, CONTENTS)
+        rc = self.hc("cchat_write_msg", fd, role_ptr, role_len, *self.ptr_len(data, content))
+        self.check("cchat_write_msg", rc)
+
+    @rule(data=st.data(), index=st.sampled_from(TOOL_INDEXES))
+    def write_fn(self, data: st.DataObject, index: int) -> None:
+        rc = self.hc("cchat_write_fn", self.fd(data, "cchat_create"), index,
+                     *self.ptr_len(data, SCHEMAS))
+        self.check("cchat_write_fn", rc)
+
+    @rule(data=st.data(), cmd=st.one_of(st.sampled_from([1, 1, 1, 2, 2]), CMDS))
+    def ctl(self, data: st.DataObject, cmd: int) -> None:
+        fd = self.fd(data, "cchat_create" if cmd == abi.CTL_SET_PARAM else "cchat_send")
+        if cmd == abi.CTL_SET_PARAM or data.draw(st.booleans()):
+            ptr, length = self.ptr_len(data, PARAMS)
+            if 0 <= Probe.C <= self._end() - 4 and length >= 0:
+                self.p.u32(Probe.C, length)
+            rc = self.hc("cchat_ctl", fd, cmd, ptr, Probe.C)
+        else:
+            rc = self.ctl_out("cchat_ctl", fd, cmd, data)
+        self.check("cchat_ctl", rc)
+
+    def ctl_out(self, name: str, fd: int, cmd: int, data: st.DataObject) -> int:
+        out, len_ptr = self.out_ptr(data)
+        end = self._end()
+        readable = out >= 0 and out + 16 <= end and _apart(out, 16, len_ptr)
+        before = self.p.get(out, 16) if readable else b""
+        capacity = self.p.u32(len_ptr) if 0 <= len_ptr <= end - 4 else None
+        rc = int(self.hc(name, fd, cmd, out, len_ptr))
+        if rc == abi.ENOSPC:
+            assert capacity is not None
+            assert self.p.u32(len_ptr) > capacity  # the size it needs
+            if readable:
+                assert self.p.get(out, 16) == before  # nothing written
+        return rc
+
+    @rule(data=st.data(), flags=st.sampled_from([0, 1, 2, 3, 0xFF, -1]))
+    def send(self, data: st.DataObject, flags: int) -> None:
+        rc = self.check("cchat_send", self.hc("cchat_send", self.fd(data, "cchat_create"),
+                                              flags))
+        if rc >= 0:
+            self.p.u32(Probe.C, 1 << 20)
+            n = self.hc("cchat_recv", rc, Probe.D, Probe.C)
+            assert n > 0
+            body = json.loads(self.p.get(Probe.D, n))
+            assert "_spear" in body
+            assert "error" in body or isinstance(body["choices"][0]["message"], dict)
+
+    @rule(data=st.data())
+    def recv(self, data: st.DataObject) -> None:
+        fd = self.fd(data, "cchat_send")
+        out, len_ptr = self.out_ptr(data)
+        end = self._end()
+        readable = out >= 0 and out + 16 <= end and _apart(out, 16, len_ptr)
+        before = self.p.get(out, 16) if readable else b""
+        capacity = self.p.u32(len_ptr) if 0 <= len_ptr <= end - 4 else None
+        rc = self.check("cchat_recv", self.hc("cchat_recv", fd, out, len_ptr))
+        if rc == abi.ENOSPC:
+            assert capacity is not None and self.p.u32(len_ptr) > capacity
+            if readable:
+                assert self.p.get(out, 16) == before
+        elif rc > 0 and _apart(out, rc, len_ptr):
+            assert self.p.u32(len_ptr) == rc
+            assert json.loads(self.p.get(out, rc))  # the whole body, valid JSON
+
+    @rule(data=st.data())
+    def close(self, data: st.DataObject) -> None:
+        fd = self.fd(data)
+        rc = self.check("cchat_close", self.hc("cchat_close", fd))
+        if fd in self.closed:
+            assert rc in (0, abi.EBADF)  # EBADF: a closed epoll fd is never a session
+        elif fd not in self.issued:
+            assert rc == abi.EBADF
+        if rc == 0:
+            self.closed.add(fd)
+
+    @rule(data=st.data(), cmd=CMDS)
+    def fd_ctl(self, data: st.DataObject, cmd: int) -> None:
+        fd = self.fd(data)
+        if cmd == abi.FD_CTL_SET_FLAGS:
+            ptr, length = self.ptr_len(data, FLAGS)
+            self.p.u32(Probe.C, max(length, 0))
+            rc = self.hc("spear_fd_ctl", fd, cmd, ptr, Probe.C)
+        else:
+            rc = self.ctl_out("spear_fd_ctl", fd, cmd, data)
+        self.check("spear_fd_ctl", rc)
+
+    @rule(data=st.data(), op=st.sampled_from([0, 1, 2, 3, 4, -1]),
+          events=st.integers(-2**31, 2**31 - 1))
+    def epoll_ctl(self, data: st.DataObject, op: int, events: int) -> None:
+        rc = self.hc("spear_epoll_ctl", self.fd(data, "spear_epoll_create"), op, self.fd(data),
+                     events)
+        self.check("spear_epoll_ctl", rc)
+
+    @rule(data=st.data(), timeout=st.sampled_from([0, 1, -1, -2**31]))
+    def epoll_wait(self, data: st.DataObject, timeout: int) -> None:
+        out, len_ptr = self.out_ptr(data)
+        rc = self.check("spear_epoll_wait",
+                        self.hc("spear_epoll_wait", self.fd(data, "spear_epoll_create"), out,
+                                len_ptr, timeout))
+        if rc >= 0:
+            assert self.p.u32(len_ptr) == 8 * rc
+
+    @rule(data=st.data())
+    def epoll_close(self, data: st.DataObject) -> None:
+        fd = self.fd(data, "spear_epoll_create")
+        rc = self.check("spear_epoll_close", self.hc("spear_epoll_close", fd))
+        if rc == 0:
+            self.closed.add(fd)
+
+    @rule(ms=st.sampled_from([-1, -2**31, 0, 1]))
+    def sleep(self, ms: int) -> None:
+        assert self.hc("sleep_ms", ms) is None
+
+    @rule(name=st.sampled_from(["time_now_ms", "wall_time_s", "random_i64"]))
+    def clocks(self, name: str) -> None:
+        value = self.hc(name)
+        assert isinstance(value, int) and -2**63 <= value < 2**63
+        if name != "random_i64":
+            assert value > 0
+
+    @rule(data=st.data(), name=st.sampled_from(["rtasr_create", "mic_read", "user_stream_open"]))
+    def unsupported(self, data: st.DataObject, name: str) -> None:
+        args = {"rtasr_create": 0, "mic_read": 3, "user_stream_open": 2}[name]
+        assert self.hc(name, *(self.fd(data) for _ in range(args))) == abi.ENOSYS
+
+    # ---- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def transcripts_stay_valid(self) -> None:
+        if not hasattr(self, "p"):
+            return
+        for _fd, entry in self.p.run.fds.entries():
+            if entry.kind is FdKind.CHAT_SESSION:
+                assert_valid_transcript(list(entry.obj.messages), pending_ok=True)
+
+
+@pytest.fixture(scope="module")
+def fuzz_host() -> Iterator[Host]:
+    with ScriptedServer(SCRIPT) as server:
+        host = Host(base_url=server.base_url, model="fuzz", max_retries=0, cache_dir=None,
+                    tool_timeout=1.0, max_open_fds=48, max_log_bytes=1 << 40,
+                    max_iterations=4)
+        yield host
+        host.close()
+
+
+@pytest.fixture
+def host_bugs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    bugs: list[str] = []
+
+    def record(_run: GuestRun, where: str, exc: BaseException) -> None:
+        bugs.append(f"{where}: {type(exc).__name__}: {exc}")
+
+    monkeypatch.setattr(GuestRun, "note_host_bug", record)
+    yield bugs
+
+
+def _run(host: Host, bugs: list[str], examples: int, steps: int) -> None:
+    HostcallMachine.host = host
+    HostcallMachine.TestCase.settings = settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None,
+        suppress_health_check=list(HealthCheck), derandomize=False)
+    HostcallMachine.TestCase().runTest()
+    assert bugs == [], bugs
+
+
+def test_fuzz_hostcalls_ci_profile(fuzz_host: Host, host_bugs: list[str]) -> None:
+    before = Stats.calls
+    _run(fuzz_host, host_bugs, examples=40, steps=40)
+    assert Stats.calls - before >= 1000
+
+
+@pytest.mark.long
+def test_fuzz_hostcalls_long_profile(fuzz_host: Host, host_bugs: list[str]) -> None:
+    before, examples = Stats.calls, Stats.examples
+    while Stats.calls - before < LONG_CALLS:
+        _run(fuzz_host, host_bugs, examples=200, steps=100)
+    print(f"\nfuzz long profile: {Stats.calls - before} hostcalls in "
+          f"{Stats.examples - examples} sequences, no host bug")
