@@ -7,14 +7,28 @@
         print(result.outcome, result.exit_code, result.stdout)
 
 The embedding API is documented in docs/embedding.md.
+
+Names are imported on first use: `import spearpy.cli` (every `spearpy`
+command) or `spearpy.testing` must not pay for the host's imports first.
 """
 
-from spearpy.config import HostConfig
-from spearpy.embed import RunHandle
-from spearpy.errors import ConfigError, ModuleLoadError, SpearpyError
-from spearpy.host import Host, LoadedModule
-from spearpy.outcome import EXIT_CODES, RunResult
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spearpy.config import HostConfig
+    from spearpy.embed import RunHandle
+    from spearpy.errors import ConfigError, ModuleLoadError, SpearpyError
+    from spearpy.host import Host, LoadedModule
+    from spearpy.outcome import EXIT_CODES, RunResult
+
+_WHERE = {
+    "EXIT_CODES": "outcome", "ConfigError": "errors", "Host": "host", "HostConfig": "config",
+    "LoadedModule": "host", "ModuleLoadError": "errors", "RunHandle": "embed",
+    "RunResult": "outcome", "SpearpyError": "errors",
+}
 __all__ = [
     "EXIT_CODES",
     "ConfigError",
@@ -26,3 +40,10 @@ __all__ = [
     "RunResult",
     "SpearpyError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"spearpy.{module}"), name)
