@@ -14,7 +14,10 @@ No assertion is about time. A run that hangs fails through its watchdog
 
 from __future__ import annotations
 
+import contextlib
 import json
+import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +28,7 @@ import pytest
 import wasmtime
 
 from spearpy import abi
+from spearpy.capture import MAX_CAPTURE_BYTES
 from spearpy.fdtable import FdKind
 from spearpy.host import Host
 from spearpy.instance import GuestRun
@@ -156,6 +160,33 @@ def test_hostile_run_ends_as_its_limit_says(host: Host, entry: str, limits: dict
         result = run_hostile(host, RUN, invoke=entry, limits=limits)
     assert (result.outcome, result.exit_code) == (outcome, code), result.message
     assert words in result.message
+
+
+def test_printing_forever_fills_neither_memory_nor_disk(
+        host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's runs only
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch_scratch() -> None:
+        # A run's capture paths must never be growing files (stdin may be).
+        while not stop.wait(0.02):
+            for path in [*tmp_path.glob("spearpy-*/stdout"), *tmp_path.glob("spearpy-*/stderr")]:
+                with contextlib.suppress(OSError):
+                    mode = path.stat().st_mode
+                    seen.append("fifo" if stat.S_ISFIFO(mode) else f"file {path}")
+
+    watcher = threading.Thread(target=watch_scratch, daemon=True)
+    watcher.start()
+    try:
+        with neighbour_running(host):
+            result = run_hostile(host, RUN, invoke="print_flood", limits={"timeout": 1})
+    finally:
+        stop.set()
+        watcher.join()
+    assert (result.outcome, result.exit_code) == ("timeout", 124)
+    assert len(result.stdout or b"") == MAX_CAPTURE_BYTES  # the first 64 MiB, no more
+    assert seen and set(seen) == {"fifo"}
 
 
 def test_flooded_fd_table_stops_at_the_per_run_cap(host: Host) -> None:

@@ -9,7 +9,9 @@
 ;; timeout on an empty set, returns its result. grow_a_lot: grows until
 ;; refused, returns 0 (the graceful case). table_grow: grows its table by 64 Ki
 ;; elements until refused, returns 1 if that happened at or below 2^20.
+;; print_flood: writes 64 KiB to stdout forever.
 (module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (import "spear" "log" (func $log (param i32 i32 i32) (result i32)))
   (import "spear" "sleep_ms" (func $sleep (param i32)))
   (import "spear" "cchat_create" (func $create (result i32)))
@@ -66,4 +68,12 @@
   (func (export "table_grow") (result i32)
     (loop $l (br_if $l (i32.ge_s (table.grow $t (ref.null func) (i32.const 65536)) (i32.const 0))))
     (i32.le_u (table.size $t) (i32.const 1048576)))
+
+  (func (export "print_flood") (result i32)
+    (memory.fill (i32.const 1024) (i32.const 120) (i32.const 65536))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (loop $l (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 16)))
+      (br $l))
+    (i32.const 0))
 )
