@@ -10,7 +10,6 @@ upstream requests.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Callable
@@ -83,6 +82,8 @@ class RunHandle:
     async def wait(self) -> RunResult:
         """Await the result without blocking the event loop; cancelling the
         awaiting task cancels the guest and waits for it to end."""
+        import asyncio  # only embedders that await pay for it, not `spearpy run`
+
         waiter = asyncio.wrap_future(self._future)
         try:
             return await asyncio.shield(waiter)

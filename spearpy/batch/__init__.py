@@ -5,15 +5,32 @@
                         ProcessExecutor(processes=4, threads=8), config=HostConfig(...))
 
 See docs/embedding.md for the file formats.
+
+Names are imported on first use: a worker process (`python -m
+spearpy.batch.worker`) needs only jobs and spec, not the executors.
 """
 
-from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS
-from spearpy.batch.jobs import WORKER_LOST, BatchError, BatchInput, WorkerError, read_inputs
-from spearpy.batch.local import ThreadExecutor
-from spearpy.batch.procs import ProcessExecutor
-from spearpy.batch.ray_exec import RayExecutor
-from spearpy.batch.runner import BatchSummary, Executor, default_layout, run_batch
-from spearpy.batch.spec import WorkerSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS
+    from spearpy.batch.jobs import WORKER_LOST, BatchError, BatchInput, WorkerError, read_inputs
+    from spearpy.batch.local import ThreadExecutor
+    from spearpy.batch.procs import ProcessExecutor
+    from spearpy.batch.ray_exec import RayExecutor
+    from spearpy.batch.runner import BatchSummary, Executor, default_layout, run_batch
+    from spearpy.batch.spec import WorkerSpec
+
+_WHERE = {
+    "DEFAULT_MAX_ATTEMPTS": "dispatch", "WORKER_LOST": "jobs", "BatchError": "jobs",
+    "BatchInput": "jobs", "WorkerError": "jobs", "read_inputs": "jobs",
+    "ThreadExecutor": "local", "ProcessExecutor": "procs", "RayExecutor": "ray_exec",
+    "BatchSummary": "runner", "Executor": "runner", "default_layout": "runner",
+    "run_batch": "runner", "WorkerSpec": "spec",
+}
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -31,3 +48,10 @@ __all__ = [
     "read_inputs",
     "run_batch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"spearpy.batch.{module}"), name)

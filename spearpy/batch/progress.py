@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class BatchProgress:
@@ -21,6 +14,17 @@ class BatchProgress:
     def __init__(self, enabled: bool) -> None:
         self._progress: Progress | None = None
         if enabled:
+            # rich only when the bar is shown (a terminal), not in every batch.
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} not ok"), TimeElapsedColumn(),
