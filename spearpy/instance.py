@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
 import wasmtime
 
 from spearpy import _native
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
     from spearpy.host import Host, LoadedModule
 
-_log = structlog.get_logger("spearpy")
 _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 _UNLIMITED_FUEL = (1 << 63) - 1
 # Store limits beyond --max-memory. wasmtime applies memory_size per linear
@@ -167,8 +165,12 @@ class GuestRun:
         return min(limits) if limits else None
 
     def note_host_bug(self, where: str, exc: BaseException) -> None:
-        _log.error("hostcall failed inside the host; the guest got EIO", hostcall=where,
-                   run_id=self.run_id, error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        # structlog (and rich through it) loads only when there is a line to log.
+        from spearpy.observe.logs import get_logger
+
+        get_logger("spearpy").error(
+            "hostcall failed inside the host; the guest got EIO", hostcall=where,
+            run_id=self.run_id, error=f"{type(exc).__name__}: {exc}", exc_info=exc)
 
     # ---- guest output ----------------------------------------------------
 
