@@ -149,6 +149,9 @@ RUN_CASES = [
     ("log_flood", {"max_log_bytes": 100_000}, "log_limit", 136, "max_log_bytes"),
     ("fd_flood", {"max_open_fds": 16}, "exited", -abi.EMFILE, ""),
     ("table_grow", {}, "exited", 1, ""),
+    ("wasi_sleep", {"timeout": 0.5}, "timeout", 124, "deadline"),
+    ("wasi_abs_sleep", {}, "exited", 1, ""),
+    ("wasi_poll_edges", {}, "exited", 5, ""),
 ]
 
 
@@ -222,7 +225,7 @@ def test_bad_per_run_limits_are_refused(host: Host) -> None:
 # ---- cancellation from another thread --------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", ["spin", "sleep_long", "epoll_long"])
+@pytest.mark.parametrize("entry", ["spin", "sleep_long", "epoll_long", "wasi_sleep"])
 def test_cancel_from_another_thread_ends_the_run(host: Host, entry: str) -> None:
     cancel = threading.Event()
     started = threading.Event()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 from spearpy import abi
 from spearpy._native import I32, I64, HostFn, define_hostcall
-from spearpy.hostcalls import chat, fd, system
+from spearpy.hostcalls import chat, fd, system, wasi_poll
 from spearpy.hostcalls.unsupported import UNSUPPORTED
 
 if TYPE_CHECKING:
@@ -51,5 +51,16 @@ for _name, _nparams in UNSUPPORTED.items():
 
 
 def define_spear_imports(linker: wasmtime.Linker) -> None:
+    """The `spear` module, and the WASI calls spearpy implements itself
+    (call after `define_wasi`: these shadow wasmtime's)."""
     for name, (params, results, fn) in HOSTCALLS.items():
         define_hostcall(linker, abi.IMPORT_MODULE, name, params, results, fn, abi.EIO)
+    linker.allow_shadowing = True
+    try:
+        define_hostcall(linker, wasi_poll.WASI_MODULE, "poll_oneoff", _i32s(4), (I32,),
+                        wasi_poll.poll_oneoff, wasi_poll.EIO)
+        # The i64 precision arrives as its low 32 bits; it is not used.
+        define_hostcall(linker, wasi_poll.WASI_MODULE, "clock_time_get", (I32, I64, I32),
+                        (I32,), wasi_poll.clock_time_get, wasi_poll.EIO)
+    finally:
+        linker.allow_shadowing = False

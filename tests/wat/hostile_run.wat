@@ -10,8 +10,15 @@
 ;; refused, returns 0 (the graceful case). table_grow: grows its table by 64 Ki
 ;; elements until refused, returns 1 if that happened at or below 2^20.
 ;; print_flood: writes 64 KiB to stdout forever.
+;; wasi_sleep: WASI poll_oneoff on a 1-hour relative clock (C's sleep()).
+;; wasi_abs_sleep: sleeps until clock_time_get(monotonic) + 50 ms with
+;; TIMER_ABSTIME, returns 1 if the clock then reads at least that.
+;; wasi_poll_edges: bad poll_oneoff arguments; returns how many of 5 checks
+;; got WASI's documented answer.
 (module
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
   (import "spear" "log" (func $log (param i32 i32 i32) (result i32)))
   (import "spear" "sleep_ms" (func $sleep (param i32)))
   (import "spear" "cchat_create" (func $create (result i32)))
@@ -76,4 +83,50 @@
     (loop $l (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 16)))
       (br $l))
     (i32.const 0))
+
+  ;; one clock subscription at 4096: clock id, timeout ns, flags
+  (func $clock_sub (param $id i32) (param $ns i64) (param $flags i32)
+    (i64.store (i32.const 4096) (i64.const 77))
+    (i32.store8 (i32.const 4104) (i32.const 0))
+    (i32.store (i32.const 4112) (local.get $id))
+    (i64.store (i32.const 4120) (local.get $ns))
+    (i64.store (i32.const 4128) (i64.const 0))
+    (i32.store16 (i32.const 4136) (local.get $flags)))
+  (func (export "wasi_sleep") (result i32)
+    (call $clock_sub (i32.const 1) (i64.const 3600000000000) (i32.const 0))
+    (call $poll (i32.const 4096) (i32.const 4352) (i32.const 1) (i32.const 4608)))
+  (func (export "wasi_abs_sleep") (result i32)
+    (local $target i64)
+    (drop (call $clock (i32.const 1) (i64.const 1) (i32.const 4640)))
+    (local.set $target (i64.add (i64.load (i32.const 4640)) (i64.const 50000000)))
+    (call $clock_sub (i32.const 1) (local.get $target) (i32.const 1))
+    (if (call $poll (i32.const 4096) (i32.const 4352) (i32.const 1) (i32.const 4608))
+      (then (return (i32.const 0))))
+    (drop (call $clock (i32.const 1) (i64.const 1) (i32.const 4640)))
+    (i32.and (i64.ge_u (i64.load (i32.const 4640)) (local.get $target))
+             (i64.eq (i64.load (i32.const 4352)) (i64.const 77))))
+  (func (export "wasi_poll_edges") (result i32)
+    (local $ok i32)
+    (call $clock_sub (i32.const 1) (i64.const 0) (i32.const 0))
+    ;; no subscriptions: EINVAL (28)
+    (local.set $ok (i32.eq (call $poll (i32.const 4096) (i32.const 4352) (i32.const 0)
+                                 (i32.const 4608)) (i32.const 28)))
+    ;; misaligned subscriptions: EINVAL
+    (local.set $ok (i32.add (local.get $ok) (i32.eq (call $poll (i32.const 4097) (i32.const 4352)
+                                 (i32.const 1) (i32.const 4608)) (i32.const 28))))
+    ;; subscriptions past the end of memory: EFAULT (21)
+    (local.set $ok (i32.add (local.get $ok) (i32.eq (call $poll (i32.const -64) (i32.const 4352)
+                                 (i32.const 1) (i32.const 4608)) (i32.const 21))))
+    ;; an unknown clock: the event carries EINVAL
+    (call $clock_sub (i32.const 9) (i64.const 0) (i32.const 0))
+    (drop (call $poll (i32.const 4096) (i32.const 4352) (i32.const 1) (i32.const 4608)))
+    (local.set $ok (i32.add (local.get $ok) (i32.eq (i32.load16_u (i32.const 4360)) (i32.const 28))))
+    ;; an fd_read subscription (stdin) is ready at once
+    (i32.store8 (i32.const 4104) (i32.const 1))
+    (i32.store (i32.const 4112) (i32.const 0))
+    (drop (call $poll (i32.const 4096) (i32.const 4352) (i32.const 1) (i32.const 4608)))
+    (local.set $ok (i32.add (local.get $ok)
+      (i32.and (i32.eq (i32.load (i32.const 4608)) (i32.const 1))
+               (i32.eq (i32.load8_u (i32.const 4362)) (i32.const 1)))))
+    (local.get $ok))
 )
