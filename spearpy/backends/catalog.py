@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from spearpy.backends.cassette import CassetteWriter
 from spearpy.backends.config_file import BackendSpec, HostDefaults, load_config_file
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:
     import httpx
 
+    from spearpy.backends.cassette import CassetteWriter
     from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
     from spearpy.backends.replay import ReplayCursor
     from spearpy.config import HostConfig
@@ -43,7 +43,11 @@ class BackendCatalog:
         self.default = default
         self.defaults = defaults
         self.replay = replay  # set when the whole host replays one cassette
-        self.writer = CassetteWriter(record) if record else None
+        self.writer: CassetteWriter | None = None
+        if record:
+            from spearpy.backends.cassette import CassetteWriter
+
+            self.writer = CassetteWriter(record)
         self._cursors: dict[str, ReplayCursor] = {}
         if self.writer is not None:
             self.writer.set_default(default)

@@ -12,14 +12,12 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from spearpy.observe.events import EventSink, FanOut
-from spearpy.observe.jsonl import JsonlEventWriter
 from spearpy.observe.live import LiveView
 from spearpy.observe.logs import FORMATS, LogSink, configure_logging
 from spearpy.observe.redact import Redactor
-from spearpy.observe.transcripts import TranscriptWriter
 
 if TYPE_CHECKING:
-    # prometheus-client only when metrics are asked for (imported in _setup).
+    # Sinks load when asked for (in _setup): prometheus-client only with metrics.
     from spearpy.observe.metrics import Metrics
 
 _LEVELS = ("debug", "info", "warning", "error")
@@ -101,11 +99,15 @@ class Observability:
         log_content = bool(opts.get("log_content"))
         self._setup_logging(opts)
         if opts.get("events_file"):
+            from spearpy.observe.jsonl import JsonlEventWriter
+
             writer = JsonlEventWriter(opts["events_file"], include_content=log_content,
                                       redactor=self.redactor)
             self._stack.callback(writer.close)
             self.sink.add(writer)
         if opts.get("transcript_dir"):
+            from spearpy.observe.transcripts import TranscriptWriter
+
             self.sink.add(TranscriptWriter(
                 opts["transcript_dir"], max_tool_bytes=opts.get("transcript_max_tool_bytes"),
                 redactor=Redactor.from_env(self._key_envs, patterns=False)))
