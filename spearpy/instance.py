@@ -37,6 +37,11 @@ _UNLIMITED_FUEL = (1 << 63) - 1
 MAX_MEMORIES = 1
 MAX_TABLES = 4
 MAX_TABLE_ELEMENTS = 1 << 20
+# Bytes the host keeps for one run on the guest's behalf: session messages,
+# tool schemas, params, tool outputs, replies (all kept to the end of the run
+# in its transcripts). --max-memory caps linear memory; this caps the copies
+# a guest can make the host hold (20 writes of one 64 MiB buffer took 1.4 GB).
+MAX_HOST_BYTES = 256 << 20
 # A trap with linear memory above this share of --max-memory is reported as
 # memory_limit: the guest most likely trapped because a grow was refused
 # (an allocator's abort, or a store past the end it could not grow).
@@ -92,6 +97,7 @@ class GuestRun:
         self.interrupt: tuple[str, str] | None = None
         self._tool_timeout: str | None = None
         self.log_bytes = 0
+        self.host_bytes = 0  # see MAX_HOST_BYTES
         self.sending: set[int] = set()  # session fds whose send is in progress
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
@@ -138,6 +144,16 @@ class GuestRun:
         reason = self.run_interrupt()
         if reason is not None:
             raise _native.HostInterrupt(*reason)
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Count bytes the host now keeps for this run; past MAX_HOST_BYTES the
+        run ends with memory_limit (noted, then raised as HostInterrupt)."""
+        self.host_bytes += nbytes
+        if self.host_bytes > MAX_HOST_BYTES:
+            self.note_interrupt("memory_limit", (
+                f"the guest made the host keep more than {MAX_HOST_BYTES} bytes for it "
+                f"(last: {what})"))
+            self.check_interrupt()
 
     def _check_any_interrupt(self) -> None:
         reason = self.interrupt_reason()

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import wasmtime
 
-from spearpy import abi
+from spearpy import abi, instance
 from spearpy.capture import MAX_CAPTURE_BYTES
 from spearpy.fdtable import FdKind
 from spearpy.host import Host
@@ -190,6 +190,42 @@ def test_printing_forever_fills_neither_memory_nor_disk(
     assert (result.outcome, result.exit_code) == ("timeout", 124)
     assert len(result.stdout or b"") == MAX_CAPTURE_BYTES  # the first 64 MiB, no more
     assert seen and set(seen) == {"fifo"}
+
+
+def test_guest_data_the_host_keeps_is_bounded(host: Host,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Linear memory is capped by --max-memory; copies of it the host keeps
+    # (messages written again and again) by MAX_HOST_BYTES, lowered here.
+    monkeypatch.setattr(instance, "MAX_HOST_BYTES", 4 * MiB)
+    with neighbour_running(host):
+        result = run_hostile(host, RUN, invoke="msg_flood", limits={"max_memory": 64 * MiB})
+    assert (result.outcome, result.exit_code) == ("memory_limit", 137)
+    assert "keep more than 4194304 bytes" in result.message
+    kept = sum(len(m["content"]) for t in result.transcripts for m in t["messages"])
+    assert 4 * MiB - 65536 <= kept <= 4 * MiB
+
+
+def test_tool_outputs_within_one_send_are_bounded(monkeypatch: pytest.MonkeyPatch,
+                                                  scripted: Any) -> None:
+    monkeypatch.setattr(instance, "MAX_HOST_BYTES", 2 * MiB)
+    server = scripted({"default": {"tool_calls": [{"name": "big"}] * 20}})
+    with Host(base_url=server.base_url, model="m", max_retries=0, cache_dir=None) as h:
+        p = Probe(h, wat_module("probe.wat"))
+        try:
+            p.call("set_big", 500_000)
+            fd = p.hc("cchat_create")
+            assert p.write_fn(fd, 5, tool_schema("big")) == 0
+            assert p.set_param(fd, "max_tool_output_bytes", 1 << 20) == 0
+            assert p.write_msg(fd, "user", "go") == 0
+            with pytest.raises(wasmtime.WasmtimeError, match="keep more than"):
+                p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL)
+            assert p.run.interrupt is not None and p.run.interrupt[0] == "memory_limit"
+            messages = list(p.run.fds.get(fd, FdKind.CHAT_SESSION).messages)
+        finally:
+            p.close()
+    assert_valid_transcript(messages)
+    outputs = [m for m in messages if m["role"] == "tool" and m["content"].startswith("x")]
+    assert 3 <= len(outputs) <= 5  # stopped at the budget, not after all 20
 
 
 def test_flooded_fd_table_stops_at_the_per_run_cap(host: Host) -> None:

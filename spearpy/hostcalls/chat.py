@@ -58,9 +58,12 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     except GuestFault:
         return abi.EFAULT
     try:
-        return session.write_message(role.decode("utf-8"), content.decode("utf-8"))
+        rc = session.write_message(role.decode("utf-8"), content.decode("utf-8"))
     except UnicodeDecodeError:
         return abi.EINVAL
+    if rc == 0:
+        run.charge(len(role) + len(content), "a session message")
+    return rc
 
 
 def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_len: int) -> int:
@@ -80,6 +83,7 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
         if run.tool_function(fn_offset) is None:
             return abi.EINVAL
         session.registry.add(name, fn_offset, spec)
+        run.charge(len(raw), "a tool schema")
     except RegistryError as exc:
         return exc.errno
     return 0
@@ -103,7 +107,10 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
             if not isinstance(request, dict) or not isinstance(request.get("key"), str) \
                     or "value" not in request:
                 return abi.EINVAL
-            return entry.obj.set_param(request["key"], request["value"])  # type: ignore[no-any-return]
+            rc: int = entry.obj.set_param(request["key"], request["value"])
+            if rc == 0:
+                run.charge(len(raw), "a session param")
+            return rc
         if cmd == abi.CTL_GET_METRICS:
             metrics = (entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE
                        else entry.obj.last_metrics)

@@ -3,11 +3,13 @@ CallTool, events around both. All policy lives in the loop; all I/O lives here."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from spearpy import abi
+from spearpy._native import HostInterrupt
 from spearpy.backends.base import CompletionRequest
 from spearpy.chat.loop import ToolLoop
 from spearpy.chat.params import forwarded_params, resolve_limits
@@ -92,9 +94,11 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
     forwarded = forwarded_params(params)
     arena = _arena(params)
+    kept = len(session.messages)
     while True:
         action = loop.next_action()
         _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
+        kept = _charge_new_messages(run, session, kept)
         if isinstance(action, (Done, Failed)):
             break
         reason = run.run_interrupt()
@@ -153,7 +157,32 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     run.events.emit(ev.SEND_END, fd, outcome="error" if is_error else "ok", error=code,
                     iterations=stats.iterations, tool_calls=stats.tool_calls,
                     usage=stats.usage.as_dict())
-    return ChatResponse(_dump(action.body), dict(session.last_metrics), is_error)
+    body = _dump(action.body)
+    _charge_new_messages(run, session, kept)
+    with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
+        run.charge(len(body), "a response body")
+    return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+def _charge_new_messages(run: GuestRun, session: ChatSession, kept: int) -> int:
+    """Count what the send appended (replies, tool outputs) against the run's
+    host-memory budget. Past it the run's interrupt is set, which the loop
+    obeys before its next step, so one send cannot pile up gigabytes."""
+    messages = session.messages
+    if len(messages) > kept:
+        size = sum(_message_bytes(m) for m in messages[kept:])
+        with contextlib.suppress(HostInterrupt):
+            run.charge(size, "replies and tool outputs")
+    return len(messages)
+
+
+def _message_bytes(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    size = len(content) if isinstance(content, str) else 0
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        size += len(str(function.get("arguments", ""))) + len(str(function.get("name", "")))
+    return size
 
 
 def _count_tool_calls(body: dict[str, Any] | None) -> int:

@@ -14,7 +14,8 @@
 ;; wasi_abs_sleep: sleeps until clock_time_get(monotonic) + 50 ms with
 ;; TIMER_ABSTIME, returns 1 if the clock then reads at least that.
 ;; wasi_poll_edges: bad poll_oneoff arguments; returns how many of 5 checks
-;; got WASI's documented answer.
+;; got WASI's documented answer. msg_flood: writes the same 64 KiB user
+;; message to one session forever.
 (module
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
@@ -22,6 +23,7 @@
   (import "spear" "log" (func $log (param i32 i32 i32) (result i32)))
   (import "spear" "sleep_ms" (func $sleep (param i32)))
   (import "spear" "cchat_create" (func $create (result i32)))
+  (import "spear" "cchat_write_msg" (func $write_msg (param i32 i32 i32 i32 i32) (result i32)))
   (import "spear" "spear_epoll_create" (func $ep_create (result i32)))
   (import "spear" "spear_epoll_wait" (func $ep_wait (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 2)
@@ -129,4 +131,14 @@
       (i32.and (i32.eq (i32.load (i32.const 4608)) (i32.const 1))
                (i32.eq (i32.load8_u (i32.const 4362)) (i32.const 1)))))
     (local.get $ok))
+
+  (func (export "msg_flood") (result i32)
+    (local $fd i32)
+    (local.set $fd (call $create))
+    (i32.store (i32.const 8192) (i32.const 0x72657375))  ;; "user"
+    (memory.fill (i32.const 16384) (i32.const 120) (i32.const 65536))
+    (loop $l
+      (br_if $l (i32.eqz (call $write_msg (local.get $fd) (i32.const 8192) (i32.const 4)
+                                         (i32.const 16384) (i32.const 65536)))))
+    (i32.const 1))
 )
