@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+import wasmtime
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -455,3 +458,52 @@ def test_fuzz_hostcalls_long_profile(fuzz_host: Host, host_bugs: list[str]) -> N
         _run(fuzz_host, host_bugs, examples=200, steps=100)
     print(f"\nfuzz long profile: {Stats.calls - before} hostcalls in "
           f"{Stats.examples - examples} sequences, no host bug")
+
+
+# ---- the WASI calls spearpy implements itself -------------------------------------------
+
+WASI = wat_module("hostile_wasi.wat")
+SUBSCRIPTION = st.one_of(
+    st.binary(min_size=48, max_size=48),
+    st.builds(lambda ud, tag, clock, ns, flags: struct.pack("<QB7xIxxxxQQH6x", ud, tag, clock,
+                                                             ns, 0, flags),
+              st.integers(0, 2**64 - 1), st.integers(0, 3), st.integers(0, 5),
+              st.one_of(st.integers(0, 2_000_000), st.integers(0, 2**64 - 1)),
+              st.integers(0, 3)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(subs=st.lists(SUBSCRIPTION, max_size=6),
+       in_ptr=st.one_of(st.sampled_from([0, 8, 4096, 4097, 65536 * 2 - 48, -64]),
+                        st.integers(-2**31, 2**31 - 1)),
+       out_ptr=st.one_of(st.sampled_from([8192, 8193, 65536 * 2 - 32, -64]),
+                         st.integers(-2**31, 2**31 - 1)),
+       count=st.one_of(st.none(), st.integers(-2**31, 2**31 - 1)),
+       nevents_ptr=st.one_of(st.sampled_from([16384, 16386, -4]), st.integers(-2**31, 2**31 - 1)),
+       clock=st.integers(-2, 6), time_ptr=st.sampled_from([0, 3, 65536 * 2 - 4, -8]))
+def test_fuzz_wasi_poll_and_clock(fuzz_host: Host, subs: list[bytes], in_ptr: int, out_ptr: int,
+                                  count: int | None, nevents_ptr: int, clock: int,
+                                  time_ptr: int) -> None:
+    bugs: list[str] = []
+    p = Probe(fuzz_host, WASI)
+    p.run.note_host_bug = lambda where, exc: bugs.append(f"{where}: {exc!r}")  # type: ignore[method-assign]
+    # Waits of any length end at this deadline (then the call traps as a timeout).
+    p.run.deadline = time.monotonic() + 0.005
+    try:
+        if subs and in_ptr >= 0 and in_ptr + 48 * len(subs) <= p.run.memory.size():
+            p.put(in_ptr, b"".join(subs))
+        n = len(subs) if count is None else count
+        try:
+            rc = p.hc("poll_oneoff", in_ptr, out_ptr, n, nevents_ptr)
+        except wasmtime.WasmtimeError as exc:
+            assert "deadline" in str(exc)
+        else:
+            assert rc in (0, 21, 28)
+            if rc == 0:
+                assert 1 <= p.u32(nevents_ptr) <= n
+        p.run.deadline = None
+        p.run.interrupt = None
+        assert p.hc("clock_time_get", clock, 0, time_ptr) in (0, 21, 28)
+    finally:
+        p.close()
+    assert bugs == []
