@@ -10,8 +10,10 @@ over real loopback HTTP. `pytest -m long` runs the full fault matrix.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -302,6 +304,54 @@ def test_huge_bodies_are_refused(scripted: Any, attempts: Any) -> None:
     result = a.complete()
     assert result.error is not None and result.error.code == "upstream_response_too_large"
     assert a.count == 1
+
+
+@pytest.fixture
+def drip_server() -> Iterator[str]:
+    """An upstream that sends its headers, then one body byte every 50 ms for
+    ever: each read is quick, the response never ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(1 << 16)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000000\r\n\r\n{")
+            while not stop.wait(0.05):
+                conn.sendall(b" ")
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    stop.set()
+    listener.close()
+
+
+def test_a_dripping_response_times_out_as_a_whole(drip_server: str, attempts: Any) -> None:
+    a = attempts(drip_server, request_timeout=0.3, initial_delay=0.001)
+    box: list[CompletionResult] = []
+    worker = threading.Thread(target=lambda: box.append(a.complete()), daemon=True)
+    worker.start()
+    worker.join(HANG_GUARD_S)
+    assert not worker.is_alive(), "a dripping upstream held the request"
+    assert box[0].error is not None and box[0].error.code == "upstream_timeout"
+    assert a.count == 3  # a timeout, so retried
+
+
+def test_a_dripping_response_ends_at_the_run_deadline(drip_server: str, make_host: Any) -> None:
+    from pathlib import Path
+
+    wasm = Path(__file__).resolve().parents[1] / "wasm-samples" / "c_chat.wasm"
+    host = make_host(base_url=drip_server, request_timeout=600, max_retries=3)
+    handle = host.start(wasm, limits={"timeout": 1})
+    result = handle.result(timeout=HANG_GUARD_S)
+    assert (result.outcome, result.exit_code) == ("timeout", 124)
 
 
 def test_backoff_never_outlives_the_deadline(scripted: Any, attempts: Any) -> None:

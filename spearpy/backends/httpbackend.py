@@ -237,8 +237,13 @@ class HTTPBackend:
             return self._fail(request, "deadline_exceeded",
                               "the run deadline passed before the request was sent")
         try:
+            timeout = self._timeout_for(request)
+            # httpx's timeout bounds each read, not the response: a server
+            # dripping a byte at a time kept a request (and its run) alive
+            # past both the request timeout and the run deadline.
+            give_up = time.monotonic() + timeout
             with self._client.stream("POST", self._url, content=payload, headers=self._headers,
-                                     timeout=self._timeout_for(request)) as response:
+                                     timeout=timeout) as response:
                 raw = bytearray()
                 for chunk in response.iter_bytes():
                     raw += chunk
@@ -246,6 +251,13 @@ class HTTPBackend:
                         return self._fail(request, "upstream_response_too_large",
                                           f"the upstream response exceeded {MAX_RESPONSE_BYTES} "
                                           "bytes", response.status_code)
+                    if time.monotonic() > give_up:
+                        return self._fail(request, "upstream_timeout",
+                                          f"the upstream response took longer than {timeout:g} s",
+                                          retryable=True)
+                    if request.cancel is not None and request.cancel.is_set():
+                        return self._fail(request, "cancelled",
+                                          "the run was cancelled during the response")
                 status = response.status_code
                 headers = dict(response.headers)
         except TransportRefusal as exc:
