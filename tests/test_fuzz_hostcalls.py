@@ -118,7 +118,9 @@ def _json(value: Any) -> bytes:
 GARBAGE = st.one_of(
     st.binary(max_size=64),
     st.sampled_from([b"\xff\xfe\xfd", b"{", b"null", b"[]", b"{}", b'{"key":1}',
-                     b"x" * (abi.MAX_LOG_LEN + 1)]))
+                     b"x" * (abi.MAX_LOG_LEN + 1),
+                     # nested deeper than Python's parser recurses
+                     b"[" * 3000 + b"]" * 3000, b'{"key":"x","value":' + b"[" * 3000]))
 VALID_PARAMS = st.one_of(
     st.tuples(st.just("temperature"), st.floats(0, 2)),
     st.tuples(st.sampled_from(["max_iterations", "max_tool_calls", "max_total_tool_calls"]),

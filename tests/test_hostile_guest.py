@@ -594,3 +594,23 @@ def test_no_exported_memory_is_efault_everywhere(make_host: Any) -> None:
         assert p.hc("spear_fd_ctl", fd, abi.FD_CTL_GET_KIND, 0, 8) == abi.EFAULT
     finally:
         p.close()
+
+
+def test_json_nested_deeper_than_python_parses_is_refused_cleanly(make_host: Any) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    p = Probe(make_host(), wat_module("probe.wat"))
+    try:
+        fd = p.hc("cchat_create")
+        for payload, call, expected in [
+            (f'{{"key":"stop","value":{deep}}}', "cchat_ctl", abi.EIO),  # a ctl payload: EIO
+            (deep, "spear_fd_ctl", abi.EINVAL),
+        ]:
+            ptr, n = p.put(p.D, payload)
+            p.u32(p.A, n)
+            cmd = abi.CTL_SET_PARAM if call == "cchat_ctl" else abi.FD_CTL_SET_FLAGS
+            assert p.hc(call, fd, cmd, ptr, p.A) == expected, call
+        ptr, n = p.put(p.D, '{"name":"t","parameters":' + deep + "}")
+        assert p.hc("cchat_write_fn", fd, 0, ptr, n) == abi.EINVAL
+        assert p.write_msg(fd, "tool", '{"tool_call_id":"x","content":' + deep + "}") == abi.EINVAL
+    finally:
+        p.close()

@@ -267,8 +267,10 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
     ({"raw": {"id": "x", "object": "chat.completion"}}, "upstream_bad_response", False),
     ({"raw": {"choices": [{"message": "not an object"}]}}, "upstream_bad_response", False),
     ({"body_text": "[1, 2, 3]"}, "upstream_bad_json", False),
+    ({"body_text": '{"choices":' + "[" * 100_000 + "]" * 100_000 + "}"}, "upstream_bad_json",
+     False),
 ], ids=["reset", "truncate", "garbage", "html-502", "no-choices", "message-not-object",
-        "json-array"])
+        "json-array", "nested-too-deep"])
 def test_broken_bodies_are_errors_not_answers(scripted: Any, attempts: Any,
                                               reply: dict[str, Any], code: str,
                                               retried: bool) -> None:

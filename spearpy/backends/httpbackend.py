@@ -280,8 +280,8 @@ class HTTPBackend:
                    raw: bytes) -> _Attempt:
         try:
             body: Any = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            body = None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            body = None  # RecursionError: nested deeper than Python parses
         if not 200 <= status < 300:
             message, code = error_details(body, raw)
             return self._fail(

@@ -102,7 +102,7 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
             raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
             try:
                 request = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 return abi.EIO
             if not isinstance(request, dict) or not isinstance(request.get("key"), str) \
                     or "value" not in request:

@@ -30,7 +30,7 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
             raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
             try:
                 request = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 return abi.EINVAL
             if not isinstance(request, dict):
                 return abi.EINVAL
