@@ -42,6 +42,7 @@ MAX_TABLE_ELEMENTS = 1 << 20
 # in its transcripts). --max-memory caps linear memory; this caps the copies
 # a guest can make the host hold (20 writes of one 64 MiB buffer took 1.4 GB).
 MAX_HOST_BYTES = 256 << 20
+MAX_LOGGED_HOST_BUGS = 10
 # A trap with linear memory above this share of --max-memory is reported as
 # memory_limit: the guest most likely trapped because a grow was refused
 # (an allocator's abort, or a store past the end it could not grow).
@@ -98,6 +99,7 @@ class GuestRun:
         self._tool_timeout: str | None = None
         self.log_bytes = 0
         self.host_bytes = 0  # see MAX_HOST_BYTES
+        self.host_bugs = 0
         self.sending: set[int] = set()  # session fds whose send is in progress
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
@@ -181,6 +183,11 @@ class GuestRun:
         return min(limits) if limits else None
 
     def note_host_bug(self, where: str, exc: BaseException) -> None:
+        # A guest that found a way to trigger one can repeat it: log the first
+        # few with their traceback, not a flood.
+        self.host_bugs += 1
+        if self.host_bugs > MAX_LOGGED_HOST_BUGS:
+            return
         # structlog (and rich through it) loads only when there is a line to log.
         from spearpy.observe.logs import get_logger
 

@@ -36,6 +36,7 @@ from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript
 
+LOG_HOST_BUG = GuestRun.note_host_bug  # before the autouse fixture replaces it
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "wasm-samples"
 SCRIPTS = SAMPLES / "scripts"
@@ -614,3 +615,17 @@ def test_json_nested_deeper_than_python_parses_is_refused_cleanly(make_host: Any
         assert p.write_msg(fd, "tool", '{"tool_call_id":"x","content":' + deep + "}") == abi.EINVAL
     finally:
         p.close()
+
+
+def test_a_repeated_host_bug_is_logged_a_few_times_not_flooded(make_host: Any) -> None:
+    import structlog
+
+    p = Probe(make_host(), wat_module("probe.wat"))
+    try:
+        with structlog.testing.capture_logs() as lines:
+            for _ in range(200):
+                LOG_HOST_BUG(p.run, "spear.log", RuntimeError("boom"))
+    finally:
+        p.close()
+    assert len(lines) == instance.MAX_LOGGED_HOST_BUGS
+    assert p.run.host_bugs == 200
