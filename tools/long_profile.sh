@@ -8,7 +8,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 started=$(date +%s)
 .venv/bin/python -m pytest -p no:cacheprovider -m "long or not long" -s -q \
-    tests/test_fuzz_hostcalls.py tests/test_hostile_upstream.py tests/test_hostile_guest.py \
+    tests/test_fuzz_hostcalls.py tests/test_hostile_upstream.py tests/test_hostile_retry.py \
+    tests/test_hostile_guest.py tests/test_hostile_tools.py \
     tests/test_secrets.py "$@"
 rc=$?
 echo "long_profile: exit $rc after $(( $(date +%s) - started )) s on $(nproc) cores," \
