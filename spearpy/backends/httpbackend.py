@@ -16,6 +16,7 @@ log, transcript, cassette or error message could pick it up.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import time
@@ -79,7 +80,7 @@ class _OutOfTime(tenacity.stop.stop_base):
         return request.deadline is not None and time.monotonic() >= request.deadline
 
 
-class HTTPBackend:
+class HTTPBackend(abc.ABC):
     kind: ClassVar[str] = "http"
     path: ClassVar[str] = "/chat/completions"
     # Where a dialect's key lives unless the configuration says otherwise.
@@ -135,8 +136,9 @@ class HTTPBackend:
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
 
+    @abc.abstractmethod
     def encode(self, request: CompletionRequest) -> JSONDict:
-        raise NotImplementedError
+        """The dialect's request body for an OpenAI-shaped request."""
 
     def decode(self, request: CompletionRequest, body: JSONDict) -> JSONDict:
         """The OpenAI-shaped chat completion for a 2xx body (DecodeError if none)."""
