@@ -14,8 +14,9 @@ command) or `spearpy.testing` must not pay for the host's imports first.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -42,8 +43,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"spearpy.{module}"), name)
+__getattr__ = lazy_names(__name__, _WHERE)

@@ -12,8 +12,9 @@ spearpy.batch.worker`) needs only jobs and spec, not the executors.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
     from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS
@@ -50,8 +51,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"spearpy.batch.{module}"), name)
+__getattr__ = lazy_names(__name__, _WHERE)
