@@ -31,6 +31,15 @@ _UNFINISHED = ChatResponse(
     b'{"error":{"code":"internal_error","message":"the send did not finish"}}', {}, True)
 
 
+def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
+    """The session, or why it cannot be used now: EBADF, or EAGAIN while its
+    own send is running a tool."""
+    session = _session(run, fd)
+    if session is None:
+        return abi.EBADF
+    return abi.EAGAIN if _busy(run, fd) else session
+
+
 def _busy(run: GuestRun, fd: int) -> bool:
     """True while a send on this session is running a tool: changing the
     session underneath its own loop would corrupt the conversation."""
@@ -48,11 +57,9 @@ def cchat_create(run: GuestRun) -> int:
 
 def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, content_ptr: int,
                     content_len: int) -> int:
-    session = _session(run, fd)
-    if session is None:
-        return abi.EBADF
-    if _busy(run, fd):
-        return abi.EAGAIN
+    session = _idle_session(run, fd)
+    if isinstance(session, int):
+        return session
     try:
         role, content = run.memory.read_pair(role_ptr, role_len, content_ptr, content_len)
     except GuestFault:
@@ -67,11 +74,9 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
 
 
 def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_len: int) -> int:
-    session = _session(run, fd)
-    if session is None:
-        return abi.EBADF
-    if _busy(run, fd):
-        return abi.EAGAIN
+    session = _idle_session(run, fd)
+    if isinstance(session, int):
+        return session
     try:
         raw = run.memory.read(json_ptr, json_len)
     except GuestFault:
@@ -122,11 +127,9 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
 
 
 def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
-    session = _session(run, fd)
-    if session is None:
-        return abi.EBADF
-    if _busy(run, fd):
-        return abi.EAGAIN
+    session = _idle_session(run, fd)
+    if isinstance(session, int):
+        return session
     if len(run.sending) >= MAX_SEND_DEPTH:
         return abi.EACCES
     # Refuse before going upstream: a reply nobody can read would be lost.
