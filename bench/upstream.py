@@ -86,9 +86,5 @@ class BareClient:
 
 
 def install_backend(host: Host, backend: Backend) -> None:
-    """Make `backend` the host's default backend (bench only: the Host has no
-    public seam for a ready-made backend object yet)."""
-    key = host._catalog.resolve("")
-    assert key is not None
-    with host._backend_lock:
-        host._backends[key] = backend
+    """Make `backend` the host's default backend."""
+    host.use_backend(backend)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from spearpy.backends.base import Backend, CompletionRequest
+    from spearpy.chat.protocol import CompletionResult
     from spearpy.config import HostConfig
     from spearpy.embed import RunHandle
     from spearpy.errors import ConfigError, ModuleLoadError, SpearpyError
@@ -28,10 +30,14 @@ if TYPE_CHECKING:
 _WHERE = {
     "EXIT_CODES": "outcome", "ConfigError": "errors", "Host": "host", "HostConfig": "config",
     "LoadedModule": "host", "ModuleLoadError": "errors", "RunHandle": "embed",
-    "RunResult": "outcome", "SpearpyError": "errors",
+    "RunResult": "outcome", "SpearpyError": "errors", "Backend": "backends.base",
+    "CompletionRequest": "backends.base", "CompletionResult": "chat.protocol",
 }
 __all__ = [
     "EXIT_CODES",
+    "Backend",
+    "CompletionRequest",
+    "CompletionResult",
     "ConfigError",
     "Host",
     "HostConfig",

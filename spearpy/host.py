@@ -90,6 +90,7 @@ class Host:
         self._lock = threading.Lock()
         self._backend_lock = threading.Lock()
         self._backends: dict[str, Backend] = {}
+        self._own_names: set[str] = set()  # names given to use_backend
         # Read now: a broken config file or cassette fails the Host, not a send.
         self._catalog = BackendCatalog.from_config(config)
         self._ticker = _EpochTicker(self.engine)
@@ -170,10 +171,29 @@ class Host:
 
     # ---- backends ----------------------------------------------------------
 
+    def use_backend(self, backend: Backend, name: str | None = None) -> None:
+        """Serve sessions from a ready-made backend object: anything with the
+        `Backend` protocol (`name`, `default_model`, `complete`, `close`), e.g.
+        an in-process model. `name=None` replaces the default backend; a name
+        adds one that guests pick with the `backend` param. The host closes it."""
+        key = self._catalog.resolve("") if name is None else name
+        assert key is not None  # the catalog always has a default
+        with self._backend_lock:
+            previous = self._backends.get(key)
+            self._backends[key] = backend
+            if name is not None:
+                self._own_names.add(name)
+        if previous is not None and previous is not backend:
+            previous.close()
+
     def backend_for(self, name: object) -> tuple[Backend | None, str | None]:
         """The backend a session asked for (None = the default), or an error text."""
         catalog = self._catalog
-        key = catalog.resolve(name if isinstance(name, str) else "")
+        requested = name if isinstance(name, str) else ""
+        with self._backend_lock:
+            if requested in self._own_names:
+                return self._backends[requested], None
+        key = catalog.resolve(requested)
         if key is None:
             return None, catalog.unknown(str(name))
         with self._backend_lock:
