@@ -62,6 +62,9 @@ class HostConfig(BaseSettings):
     max_memory: int | None = Field(None, gt=0)  # bytes of linear memory per run
     max_open_fds: int = Field(1024, ge=1, le=1 << 20)
     max_log_bytes: int = Field(8 << 20, ge=0)  # guest `log` bytes per run
+    # What the host keeps for one run (messages, schemas, params, tool outputs,
+    # replies): a guest under a small --max-memory must not make the host hold GBs.
+    max_host_bytes: int = Field(256 << 20, ge=1 << 20)
 
     cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
 

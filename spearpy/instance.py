@@ -41,7 +41,7 @@ MAX_TABLE_ELEMENTS = 1 << 20
 # tool schemas, params, tool outputs, replies (all kept to the end of the run
 # in its transcripts). --max-memory caps linear memory; this caps the copies
 # a guest can make the host hold (20 writes of one 64 MiB buffer took 1.4 GB).
-MAX_HOST_BYTES = 256 << 20
+MAX_HOST_BYTES = 256 << 20  # the default of HostConfig.max_host_bytes
 MAX_LOGGED_HOST_BUGS = 10
 # A trap with linear memory above this share of --max-memory is reported as
 # memory_limit: the guest most likely trapped because a grow was refused
@@ -66,7 +66,7 @@ class RunOptions:
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
 RUN_LIMITS = frozenset({"timeout", "tool_timeout", "fuel", "max_memory", "max_open_fds",
-                        "max_log_bytes"})
+                        "max_log_bytes", "max_host_bytes"})
 
 
 def run_config(config: HostConfig, limits: dict[str, Any] | None) -> HostConfig:
@@ -98,7 +98,7 @@ class GuestRun:
         self.interrupt: tuple[str, str] | None = None
         self._tool_timeout: str | None = None
         self.log_bytes = 0
-        self.host_bytes = 0  # see MAX_HOST_BYTES
+        self.host_bytes = 0  # see HostConfig.max_host_bytes
         self.host_bugs = 0
         self.sending: set[int] = set()  # session fds whose send is in progress
         self.transcripts: list[dict[str, Any]] = []
@@ -148,13 +148,13 @@ class GuestRun:
             raise _native.HostInterrupt(*reason)
 
     def charge(self, nbytes: int, what: str) -> None:
-        """Count bytes the host now keeps for this run; past MAX_HOST_BYTES the
+        """Count bytes the host now keeps for this run; past max_host_bytes the
         run ends with memory_limit (noted, then raised as HostInterrupt)."""
         self.host_bytes += nbytes
-        if self.host_bytes > MAX_HOST_BYTES:
+        if self.host_bytes > self.config.max_host_bytes:
             self.note_interrupt("memory_limit", (
-                f"the guest made the host keep more than {MAX_HOST_BYTES} bytes for it "
-                f"(last: {what})"))
+                f"the guest made the host keep more than {self.config.max_host_bytes} bytes "
+                f"for it (last: {what}; max_host_bytes)"))
             self.check_interrupt()
 
     def _check_any_interrupt(self) -> None:

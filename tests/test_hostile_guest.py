@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import wasmtime
 
-from spearpy import abi, instance
+from spearpy import abi
 from spearpy.capture import MAX_CAPTURE_BYTES
 from spearpy.fdtable import FdKind
 from spearpy.host import Host
@@ -203,24 +203,22 @@ def test_printing_forever_fills_neither_memory_nor_disk(
     assert seen and set(seen) == {"fifo"}
 
 
-def test_guest_data_the_host_keeps_is_bounded(host: Host,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_guest_data_the_host_keeps_is_bounded(host: Host) -> None:
     # Linear memory is capped by --max-memory; copies of it the host keeps
-    # (messages written again and again) by MAX_HOST_BYTES, lowered here.
-    monkeypatch.setattr(instance, "MAX_HOST_BYTES", 4 * MiB)
+    # (messages written again and again) by max_host_bytes, lowered here.
     with neighbour_running(host):
-        result = run_hostile(host, RUN, invoke="msg_flood", limits={"max_memory": 64 * MiB})
+        result = run_hostile(host, RUN, invoke="msg_flood",
+                             limits={"max_memory": 64 * MiB, "max_host_bytes": 4 * MiB})
     assert (result.outcome, result.exit_code) == ("memory_limit", 137)
     assert "keep more than 4194304 bytes" in result.message
     kept = sum(len(m["content"]) for t in result.transcripts for m in t["messages"])
     assert 4 * MiB - 65536 <= kept <= 4 * MiB
 
 
-def test_tool_outputs_within_one_send_are_bounded(monkeypatch: pytest.MonkeyPatch,
-                                                  scripted: Any) -> None:
-    monkeypatch.setattr(instance, "MAX_HOST_BYTES", 2 * MiB)
+def test_tool_outputs_within_one_send_are_bounded(scripted: Any) -> None:
     server = scripted({"default": {"tool_calls": [{"name": "big"}] * 20}})
-    with Host(base_url=server.base_url, model="m", max_retries=0, cache_dir=None) as h:
+    with Host(base_url=server.base_url, model="m", max_retries=0, cache_dir=None,
+              max_host_bytes=2 * MiB) as h:
         p = Probe(h, wat_module("probe.wat"))
         try:
             p.call("set_big", 500_000)

@@ -35,6 +35,8 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-memory", {"type": int, "help": "linear memory cap, bytes"}),
     ("--max-open-fds", {"type": int, "help": "open fds per instance [1024]"}),
     ("--max-log-bytes", {"type": int, "help": "guest log bytes per run"}),
+    ("--max-host-bytes", {"type": int,
+                          "help": "bytes the host may keep for one run's data [256 MiB]"}),
 ]
 
 
