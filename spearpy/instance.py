@@ -41,7 +41,6 @@ MAX_TABLE_ELEMENTS = 1 << 20
 # tool schemas, params, tool outputs, replies (all kept to the end of the run
 # in its transcripts). --max-memory caps linear memory; this caps the copies
 # a guest can make the host hold (20 writes of one 64 MiB buffer took 1.4 GB).
-MAX_HOST_BYTES = 256 << 20  # the default of HostConfig.max_host_bytes
 MAX_LOGGED_HOST_BUGS = 10
 # A trap with linear memory above this share of --max-memory is reported as
 # memory_limit: the guest most likely trapped because a grow was refused
