@@ -12,11 +12,16 @@ from tests.probe import Probe, wat_module
 
 @pytest.fixture
 def scripted() -> Iterator[Any]:
-    """A factory: scripted(rules) -> a started ScriptedServer (stopped after the test)."""
+    """scripted(script, dialect=None, api_key=None, **dialect_options) -> a started
+    ScriptedServer, stopped after the test."""
     servers: list[ScriptedServer] = []
 
-    def start(script: Any) -> ScriptedServer:
-        server = ScriptedServer(Script.load(script))
+    def start(script: Any, dialect: str | None = None, api_key: str | None = None,
+              **options: Any) -> ScriptedServer:
+        from spearpy.testing.dialects import dialect as make_dialect
+
+        server = ScriptedServer(Script.load(script), api_key=api_key,
+                                dialect=make_dialect(dialect, **options) if dialect else None)
         server.start()
         servers.append(server)
         return server

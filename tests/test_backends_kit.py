@@ -12,7 +12,6 @@ import pytest
 
 from spearpy.host import Host
 from spearpy.outcome import RunResult
-from spearpy.testing import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI_WASM = ROOT / "wasm-samples" / "c_multi_tool.wasm"
@@ -56,23 +55,10 @@ def write_config(path: Path, backends: dict[str, dict[str, Any]],
 
 
 @pytest.fixture
-def dialect_server() -> Iterator[Any]:
-    """dialect_server(script, dialect=None, api_key=None, **options) -> a started server."""
-    servers: list[ScriptedServer] = []
-
-    def start(script: Any, dialect: str | None = None, api_key: str | None = None,
-              **options: Any) -> ScriptedServer:
-        from spearpy.testing.dialects import dialect as make_dialect
-
-        server = ScriptedServer(script, api_key=api_key,
-                                dialect=make_dialect(dialect, **options) if dialect else None)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def dialect_server(scripted: Any) -> Any:
+    """dialect_server(script, dialect=None, api_key=None, **options) -> a started server
+    (conftest's `scripted`, under the name these tests read best with)."""
+    return scripted
 
 
 @pytest.fixture
