@@ -117,3 +117,15 @@ def test_c_chat_guest_against_an_unreachable_upstream_gets_an_error_body() -> No
     assert done.returncode == 2, done.stdout + done.stderr  # chat.c: 2 = error body
     assert '"code":"upstream_unreachable"' in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_a_file_that_is_not_wasm_is_named_as_such(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.wasm"
+    junk.write_text("garbage")
+    done = _cli("run", "--no-cache", str(junk))
+    assert done.returncode == 65
+    assert "not a valid wasm binary (no \\0asm header) or WAT text" in done.stderr
+    truncated = tmp_path / "truncated.wasm"
+    truncated.write_bytes(b"\0asm\1\0\0\0\5")
+    done = _cli("run", "--no-cache", str(truncated))
+    assert done.returncode == 65 and "not a valid wasm binary:" in done.stderr
