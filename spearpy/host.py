@@ -24,7 +24,7 @@ from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
 from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
-from spearpy.instance import GuestRun, RunOptions
+from spearpy.instance import GuestLogSink, GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
 
@@ -235,10 +235,13 @@ class Host:
         collect_events: bool = False,
         cancel: threading.Event | None = None,
         limits: dict[str, Any] | None = None,
+        on_guest_log: GuestLogSink | None = None,
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
-        max_log_bytes (validated like HostConfig; unknown keys are a ValueError)."""
+        max_log_bytes, max_host_bytes (validated like HostConfig; unknown keys
+        are a ValueError). `on_guest_log(level, text)` receives the guest's
+        `log` calls instead of stderr (e.g. to keep a JSON log stream JSON)."""
         if self._closed:
             raise RuntimeError("this Host is closed")
         loaded = self.load(module)
@@ -252,7 +255,7 @@ class Host:
             argv=list(argv), env=dict(env) if env else None, inherit_env=inherit_env,
             stdin=stdin.encode() if isinstance(stdin, str) else stdin, dirs=list(dirs or []),
             invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
-            limits=dict(limits) if limits else None,
+            limits=dict(limits) if limits else None, guest_log=on_guest_log,
         )
         result = GuestRun(self, loaded, options).execute()
         if collect_events:

@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,9 @@ MAX_LOGGED_HOST_BUGS = 10
 _NEAR_MEMORY_LIMIT = 0.75
 
 
+GuestLogSink = Callable[[str, str], None]
+
+
 @dataclass(slots=True)
 class RunOptions:
     argv: list[str] = field(default_factory=list)
@@ -61,6 +64,8 @@ class RunOptions:
     cancel: threading.Event | None = None
     # Per-run overrides of the host's guest limits (RUN_LIMITS keys).
     limits: dict[str, Any] | None = None
+    # Receives (level, text) of each guest `log` call instead of stderr.
+    guest_log: GuestLogSink | None = None
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).

@@ -129,3 +129,14 @@ def test_a_file_that_is_not_wasm_is_named_as_such(tmp_path: Path) -> None:
     truncated.write_bytes(b"\0asm\1\0\0\0\5")
     done = _cli("run", "--no-cache", str(truncated))
     assert done.returncode == 65 and "not a valid wasm binary:" in done.stderr
+
+
+def test_json_logs_stay_json_with_guest_log_lines() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = _cli("run", "--no-cache", "--log-format", "json",
+                str(root / "wasm-samples" / "c_hello.wasm"))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    guest = [line for line in lines if line.get("source") == "guest"]
+    assert guest and all(line["run_id"] == lines[0]["run_id"] for line in guest)
+    assert "[info]" not in done.stderr

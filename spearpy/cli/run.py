@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +12,9 @@ from spearpy.cli.observe_options import Observability, observe_options, pop_obse
 from spearpy.cli.options import host_from_options, host_options
 from spearpy.errors import SpearpyError
 from spearpy.outcome import exit_code_for
+
+if TYPE_CHECKING:
+    from spearpy.instance import GuestLogSink
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -34,6 +37,16 @@ def _parse_dirs(specs: tuple[str, ...]) -> list[tuple[str, str]]:
     return dirs
 
 
+def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
+    """With JSON logs, guest `log` lines join the structured stream instead of
+    interleaving `[level] text` lines with it."""
+    if observe.get("log_format") != "json":
+        return None
+    from spearpy.observe.logs import log_guest_line
+
+    return log_guest_line
+
+
 @click.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 @click.argument("guest_args", nargs=-1, type=click.UNPROCESSED)
@@ -54,7 +67,8 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
         with Observability(observe, api_key_envs=host.key_envs()) as obs:
             result = host.run(module, list(guest_args), env=env or None,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
-                              capture_output=False, on_event=obs.sink)
+                              capture_output=False, on_event=obs.sink,
+                              on_guest_log=_guest_log_sink(observe))
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)

@@ -26,6 +26,9 @@ def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
         raise HostInterrupt("log_limit", f"the guest logged more than {run.config.max_log_bytes} "
                             "bytes (max_log_bytes)")
     name = abi.LOG_LEVELS.get(level, "info")
+    if run.options.guest_log is not None:
+        run.options.guest_log(name, raw.decode("utf-8", "replace"))
+        return 0
     text = raw.decode("utf-8", "replace").replace("\r", "\\r")
     lines = text.split("\n") if text else [""]
     # One prefixed line per guest line so a guest cannot forge host log lines.

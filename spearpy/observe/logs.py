@@ -233,3 +233,15 @@ def _describe(event: ev.Event) -> tuple[str, str]:
         case ev.SESSION_CLOSE:
             return "debug", "session closed"
     return "info", event.kind
+
+
+# Guest levels (spear-abi `log`) to the logging levels structlog filters on.
+_GUEST_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warn": "warning",
+                 "error": "error"}
+
+
+def log_guest_line(level: str, text: str) -> None:
+    """A guest `log` call as one structured line (Host.run's on_guest_log), so
+    a JSON log stream stays JSON; the run's context vars come along."""
+    getattr(get_logger("spearpy.guest"), _GUEST_LEVELS.get(level, "info"))(
+        text, source="guest", guest_level=level)
