@@ -11,6 +11,16 @@ class SpearpyError(Exception):
 class ModuleLoadError(SpearpyError):
     """The module cannot be read, compiled or linked."""
 
+    @classmethod
+    def invalid(cls, wasm: bytes, reason: BaseException) -> ModuleLoadError:
+        """For bytes wasmtime refused to compile. wasmtime reads anything
+        without the binary magic as WAT text, so a random file would otherwise
+        be reported as a WAT syntax error."""
+        kind = ("wasm binary" if wasm[:4] == b"\0asm"
+                else "wasm binary (no \\0asm header) or WAT text")
+        lines = str(reason).strip().splitlines()
+        return cls(f"not a valid {kind}: {lines[0] if lines else type(reason).__name__}")
+
 
 class ConfigError(SpearpyError):
     """The host configuration is unusable (bad backend spec, unreadable script...)."""

@@ -158,11 +158,7 @@ class Host:
         try:
             compiled = wasmtime.Module(self.engine, wasm)
         except wasmtime.WasmtimeError as exc:
-            # wasmtime reads anything without the binary magic as WAT text, so
-            # a random file would be reported as a WAT syntax error.
-            kind = ("wasm binary" if wasm[:4] == b"\0asm"
-                    else "wasm binary (no \\0asm header) or WAT text")
-            raise ModuleLoadError(f"not a valid {kind}: {_first_line(exc)}") from exc
+            raise ModuleLoadError.invalid(wasm, exc) from exc
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

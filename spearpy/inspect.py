@@ -32,7 +32,7 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
     try:
         module = wasmtime.Module(engine, wasm)
     except wasmtime.WasmtimeError as exc:
-        raise ModuleLoadError(f"not a valid wasm module: {str(exc).splitlines()[0]}") from exc
+        raise ModuleLoadError.invalid(wasm, exc) from exc
     problems: list[str] = []
     spear_imports, other_imports = [], []
     for item in module.imports:

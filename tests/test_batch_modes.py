@@ -155,7 +155,7 @@ def test_thread_executor_can_share_an_embedders_host(tmp_path: Path, scripted: A
 
 @pytest.mark.parametrize("inputs_text, module, code, message", [
     ('{"id": 1}\n{"id": 1}\n', None, 2, "id 1 was already used on line 1"),
-    ('{"id": 1}\n', b"\x00asm junk", 65, "not a valid wasm module"),
+    ('{"id": 1}\n', b"\x00asm junk", 65, "not a valid wasm binary"),
 ])
 def test_cli_errors(tmp_path: Path, scripted: Any, inputs_text: str, module: bytes | None,
                     code: int, message: str) -> None:
