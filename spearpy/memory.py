@@ -51,17 +51,32 @@ class GuestMemory:
             return 0
         return int(memory_data_size(self._ctx, self._mem))
 
+    def _size(self) -> int:
+        """The memory's byte length right now (it may have grown since the last look)."""
+        if self._memory is None:
+            raise GuestFault("the guest exports no memory")
+        size: int = memory_data_size(self._ctx, self._mem)
+        return size
+
+    def _base(self) -> int:
+        """The memory's host address right now; valid only until guest code runs.
+        Call _size() first: it is what refuses a guest without a memory."""
+        base: int = memory_data(self._ctx, self._mem) or 0
+        return base
+
+    @staticmethod
+    def _within(ptr: int, length: int, size: int) -> int:
+        """`ptr` as an unsigned offset, if [ptr, ptr+length) lies inside `size`."""
+        ptr &= U32_MAX  # wasm32 pointers are unsigned; i32 params arrive signed
+        if length < 0 or ptr + length > size:
+            raise _outside(ptr, length, size)
+        return ptr
+
     def _address(self, ptr: int, length: int) -> int:
         """The host address of [ptr, ptr+length), checked against the memory as
         it is now; valid only until guest code runs again."""
-        if self._memory is None:
-            raise GuestFault("the guest exports no memory")
-        ptr &= U32_MAX  # wasm32 pointers are unsigned; i32 params arrive signed
-        ctx, mem = self._ctx, self._mem
-        size = memory_data_size(ctx, mem)
-        if length < 0 or ptr + length > size:
-            raise _outside(ptr, length, size)
-        return (memory_data(ctx, mem) or 0) + ptr
+        offset = self._within(ptr, length, self._size())  # first: it checks there is a memory
+        return self._base() + offset
 
     def read(self, ptr: int, length: int) -> bytes:
         address = self._address(ptr, length)
@@ -69,34 +84,18 @@ class GuestMemory:
 
     def read_pair(self, ptr1: int, len1: int, ptr2: int, len2: int) -> tuple[bytes, bytes]:
         """Two reads against one look at the memory (hostcalls taking two buffers)."""
-        if self._memory is None:
-            raise GuestFault("the guest exports no memory")
-        ptr1 &= U32_MAX
-        ptr2 &= U32_MAX
-        ctx, mem = self._ctx, self._mem
-        size = memory_data_size(ctx, mem)
-        if len1 < 0 or ptr1 + len1 > size:
-            raise _outside(ptr1, len1, size)
-        if len2 < 0 or ptr2 + len2 > size:
-            raise _outside(ptr2, len2, size)
-        base = memory_data(ctx, mem) or 0
+        size = self._size()
+        ptr1, ptr2 = self._within(ptr1, len1, size), self._within(ptr2, len2, size)
+        base = self._base()
         return (_string_at(base + ptr1, len1) if len1 else b"",
                 _string_at(base + ptr2, len2) if len2 else b"")
 
     def write_with_u32(self, ptr: int, data: bytes, word_ptr: int, word: int) -> None:
         """`data` at ptr and a u32 at word_ptr, against one look at the memory
         (a tool call's arguments and its output capacity)."""
-        if self._memory is None:
-            raise GuestFault("the guest exports no memory")
-        ptr &= U32_MAX
-        word_ptr &= U32_MAX
-        ctx, mem = self._ctx, self._mem
-        size = memory_data_size(ctx, mem)
-        if ptr + len(data) > size:
-            raise _outside(ptr, len(data), size)
-        if word_ptr + 4 > size:
-            raise _outside(word_ptr, 4, size)
-        base = memory_data(ctx, mem) or 0
+        size = self._size()
+        ptr, word_ptr = self._within(ptr, len(data), size), self._within(word_ptr, 4, size)
+        base = self._base()
         if data:
             (ctypes.c_char * len(data)).from_address(base + ptr).raw = data
         _U32_AT(base + word_ptr).value = word & U32_MAX
@@ -104,20 +103,12 @@ class GuestMemory:
     def read_counted(self, word_ptr: int, ptr: int, capacity: int) -> tuple[int, bytes | None]:
         """The u32 length at word_ptr and, when it is within `capacity`, that
         many bytes at ptr (None when it is not): a tool's output."""
-        if self._memory is None:
-            raise GuestFault("the guest exports no memory")
-        ptr &= U32_MAX
-        word_ptr &= U32_MAX
-        ctx, mem = self._ctx, self._mem
-        size = memory_data_size(ctx, mem)
-        if word_ptr + 4 > size:
-            raise _outside(word_ptr, 4, size)
-        base = memory_data(ctx, mem) or 0
-        length: int = _U32_AT(base + word_ptr).value
+        size = self._size()
+        base = self._base()
+        length: int = _U32_AT(base + self._within(word_ptr, 4, size)).value
         if length > capacity:
             return length, None
-        if ptr + length > size:
-            raise _outside(ptr, length, size)
+        ptr = self._within(ptr, length, size)
         return length, (ctypes.c_char * length).from_address(base + ptr).raw if length else b""
 
     def write(self, ptr: int, data: bytes) -> None:
@@ -132,13 +123,6 @@ class GuestMemory:
 
     def write_u32(self, ptr: int, value: int) -> None:
         _U32_AT(self._address(ptr, 4)).value = value & U32_MAX
-
-    def read_text(self, ptr: int, length: int) -> str | None:
-        """UTF-8 text at ptr, or None when the bytes are not UTF-8."""
-        try:
-            return self.read(ptr, length).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
 
     def write_out(self, out_ptr: int, out_len_ptr: int, payload: bytes) -> int:
         """spear-abi.md 1.1: capacity in, required length back on -28, data untouched."""
