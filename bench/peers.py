@@ -17,9 +17,10 @@ def _sum(a: int, b: int) -> str:
     return f'{{"sum":{a + b}}}'
 
 
-def langgraph_react() -> Runner:
+def _langchain_runner(make_agent: Callable[[Any, list[Any]], Any]) -> Runner:
+    """A runner over a LangChain-family agent built by `make_agent(model, tools)`,
+    one agent per tool-round count k (the fake model's script)."""
     from langchain_core.tools import tool
-    from langgraph.prebuilt import create_react_agent
 
     model = _fake_chat_model()
 
@@ -33,36 +34,24 @@ def langgraph_react() -> Runner:
     def run(k: int) -> str:
         agent = agents.get(k)
         if agent is None:
-            agent = agents[k] = create_react_agent(model(k), [sum])
+            agent = agents[k] = make_agent(model(k), [sum])
         out = agent.invoke({"messages": [{"role": "user", "content": PROMPT}]},
                            {"recursion_limit": 4 * k + 10})
         return str(out["messages"][-1].content)
 
     return run
+
+
+def langgraph_react() -> Runner:
+    from langgraph.prebuilt import create_react_agent
+
+    return _langchain_runner(create_react_agent)
 
 
 def langchain_agent() -> Runner:
     from langchain.agents import create_agent
-    from langchain_core.tools import tool
 
-    model = _fake_chat_model()
-
-    @tool
-    def sum(a: int, b: int) -> str:
-        """Add two integers."""
-        return _sum(a, b)
-
-    agents: dict[int, Any] = {}
-
-    def run(k: int) -> str:
-        agent = agents.get(k)
-        if agent is None:
-            agent = agents[k] = create_agent(model=model(k), tools=[sum])
-        out = agent.invoke({"messages": [{"role": "user", "content": PROMPT}]},
-                           {"recursion_limit": 4 * k + 10})
-        return str(out["messages"][-1].content)
-
-    return run
+    return _langchain_runner(lambda model, tools: create_agent(model=model, tools=tools))
 
 
 def _fake_chat_model() -> Callable[[int], Any]:
