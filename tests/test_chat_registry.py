@@ -161,6 +161,41 @@ def test_local_refs_resolve() -> None:
     assert tool.validate({"n": -1}) is not None
 
 
+def _ref_chain(length: int, last: dict[str, object]) -> dict[str, object]:
+    defs: dict[str, object] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(length)}
+    defs[f"d{length}"] = last
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({"type": "object", "$ref": "#"}, "'#' loops back"),
+        ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+          "properties": {"x": {"$ref": "#/$defs/a"}}}, "loops back"),
+        ({"$defs": {"a": {"$anchor": "A", "not": {"$ref": "#A"}}}}, "'#A' loops back"),
+        ({"allOf": [{"$ref": "#/allOf/0"}]}, "loops back"),
+        (_ref_chain(3000, {"type": "string"}), "longer than 32"),
+    ],
+)
+def test_refs_that_never_descend_are_refused(params: dict[str, object], why: str) -> None:
+    """jsonschema would recurse until Python's limit on these (forever, or 3000 refs deep)."""
+    with pytest.raises(RegistryError) as info:
+        parse_tool_schema(schema({"name": "t", "parameters": params}))
+    assert info.value.errno == abi.EINVAL
+    assert why in str(info.value)
+
+
+def test_recursive_schemas_that_descend_are_accepted() -> None:
+    tree = {"type": "object", "properties": {"label": {"type": "string"},
+                                               "kids": {"type": "array", "items": {"$ref": "#"}}}}
+    name, spec = parse_tool_schema(schema({"name": "tree", "parameters": tree}))
+    tool = ToolRegistry().add(name, 0, spec)
+    assert tool.validate({"label": "a", "kids": [{"label": "b", "kids": [{"label": "c"}]}]}) is None
+    assert "is not of type 'string'" in str(tool.validate({"kids": [{"kids": [{"label": 1}]}]}))
+    parse_tool_schema(schema({"name": "chain", "parameters": _ref_chain(30, {"type": "string"})}))
+
+
 class _CountingHandler(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []  # noqa: RUF012 - shared on purpose, one server per test
 

@@ -291,6 +291,9 @@ def test_json_nested_deeper_than_python_parses_is_refused_cleanly(make_host: Any
         ptr, n = p.put(p.D, '{"name":"t","parameters":' + deep + "}")
         assert p.hc("cchat_write_fn", fd, 0, ptr, n) == abi.EINVAL
         assert p.write_msg(fd, "tool", '{"tool_call_id":"x","content":' + deep + "}") == abi.EINVAL
+        # A schema whose validation would recurse forever on any arguments.
+        ptr, n = p.put(p.D, '{"name":"t","parameters":{"type":"object","$ref":"#"}}')
+        assert p.hc("cchat_write_fn", fd, 0, ptr, n) == abi.EINVAL
     finally:
         p.close()
 

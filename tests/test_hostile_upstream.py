@@ -224,6 +224,8 @@ def test_legacy_function_call_is_run(guest: Any) -> None:
 # Faults the model's server can throw at any point of a conversation.
 FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     "garbage": ({"fault": "garbage"}, "upstream_bad_json"),
+    # Nested far deeper than Python's parser recurses: refused before parsing.
+    "deep": ({"body_text": '{"choices":' + "[" * 5000 + "]" * 5000 + "}"}, "upstream_bad_json"),
     "storm-500": ({"status": 500}, "upstream_http_error"),
     "storm-503": ({"status": 503, "headers": {"Retry-After": "0"}}, "upstream_http_error"),
     "rate-limited": ({"status": 429, "headers": {"retry-after-ms": "10"}},
@@ -266,7 +268,7 @@ def check_fault(guest: Any, name: str, where: str, *, transient: bool, auto: boo
     worker.join(HANG_GUARD_S)
     assert not worker.is_alive(), "the send hung"
     body = handle[0]
-    finals = {"garbage", "no-choices", "quota", "auth"}  # not retried
+    finals = {"garbage", "deep", "no-choices", "quota", "auth"}  # not retried
     if transient and name not in finals:
         if where == "first" or auto:
             assert "error" not in body, body

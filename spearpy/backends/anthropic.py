@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import DecodeError, HTTPBackend
 from spearpy.chat.protocol import JSONDict
@@ -150,8 +151,8 @@ def tool_use_id(call_id: Any) -> str:
 
 def _is_error_content(content: str) -> bool:
     try:
-        value = json.loads(content)
-    except (ValueError, RecursionError):
+        value = _json.loads(content)
+    except ValueError:
         return False
     return (isinstance(value, dict) and set(value) == {"error"}
             and isinstance(value["error"], dict) and "code" in value["error"])
@@ -170,8 +171,8 @@ def _input(arguments: Any) -> Any:
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else {}
-    except (ValueError, RecursionError):
+        value = _json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else {}
+    except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
 

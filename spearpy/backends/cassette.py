@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from spearpy import _json
 from spearpy.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -93,8 +94,8 @@ def scrub(value: Any, secrets: list[str]) -> Any:
 
 def encode_body(raw: bytes) -> dict[str, Any]:
     try:
-        return {"body": json.loads(raw)}
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return {"body": _json.loads(raw)}
+    except (UnicodeDecodeError, json.JSONDecodeError):
         pass
     try:
         return {"body_text": raw.decode("utf-8")}
@@ -124,7 +125,7 @@ def dumps(cassette: dict[str, Any]) -> str:
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = _json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the cassette {str(path)!r}: {exc.strerror}") from exc
     except ValueError as exc:
@@ -184,7 +185,7 @@ class CassetteWriter:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return json.loads(dumps(self._data))  # type: ignore[no-any-return]
+            return _json.loads(dumps(self._data))  # type: ignore[no-any-return]
 
     def _save(self) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import httpx
 import tenacity
 
+from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.quirks import QuirkProfile, quirk_profile
 from spearpy.backends.retry import (
@@ -281,9 +282,9 @@ class HTTPBackend(abc.ABC):
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes) -> _Attempt:
         try:
-            body: Any = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            body = None  # RecursionError: nested deeper than Python parses
+            body: Any = _json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            body = None
         if not 200 <= status < 300:
             message, code = error_details(body, raw)
             return self._fail(

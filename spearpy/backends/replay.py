@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from spearpy import _json
 from spearpy.backends.anthropic import AnthropicBackend
 from spearpy.backends.cassette import decode_body, first_difference, load, redact_url
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, TransportRefusal
@@ -93,7 +94,7 @@ class ReplayTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         raw = request.read()
         try:
-            body: Any = json.loads(raw)
+            body: Any = _json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             body = raw.decode("utf-8", "replace")
         url, _ = redact_url(str(request.url))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spearpy import _json
 from spearpy.errors import SpearpyError
 from spearpy.outcome import exit_code_for
 
@@ -64,7 +65,7 @@ def _bad(line: int, message: str) -> BatchError:
 
 def parse_input(raw: str, line: int, index: int) -> BatchInput:
     try:
-        value = json.loads(raw)
+        value = _json.loads(raw)
     except json.JSONDecodeError as exc:
         raise _bad(line, f"not JSON ({exc.msg})") from exc
     if not isinstance(value, dict):

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from spearpy import _json
 from spearpy.batch.jobs import BatchError, id_key
 
 
@@ -28,7 +29,7 @@ def _valid_lines(data: bytes) -> tuple[list[bytes], set[str], bool]:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
+            record = _json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             dropped = True
             continue

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Final, NoReturn
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.chat.fastschema import Check, compile_check
 from spearpy.chat.normalize import bad_response_reason, first_message, with_session_tool_calls
 from spearpy.chat.protocol import (
@@ -292,8 +292,8 @@ class ToolLoop:
     def _check_arguments(self, tool: Tool, call: ToolCall) -> tuple[str | None, str]:
         """(why the arguments are unusable or None, their canonical form)."""
         try:
-            parsed = json.loads(call.arguments, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
+            parsed = _json.loads(call.arguments, allow_nan=False)
+        except ValueError as exc:
             return f"arguments are not valid JSON: {exc}", ""
         if self.limits.validate_tool_args:
             if not isinstance(parsed, dict):
@@ -401,10 +401,6 @@ class ToolLoop:
         out = with_session_tool_calls(body, self.session.messages[-1])
         out["_spear"] = self._spear()
         return out
-
-
-def _reject_constant(token: str) -> object:
-    raise ValueError(f"{token} is not JSON")
 
 
 # Compiled fast checks per registered Tool (keyed by identity, the Tool kept

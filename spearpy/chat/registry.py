@@ -9,13 +9,13 @@ loads with the first tool that has parameters, not with the host.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.chat.protocol import JSONDict
+from spearpy.chat.schemarefs import in_place_ref_problem
 
 if TYPE_CHECKING:
     import referencing
@@ -89,8 +89,8 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
     keys OpenAI defines are kept, so strict servers accept the spec.
     """
     try:
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        obj = _json.loads(raw.decode("utf-8"), allow_nan=False)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise _invalid(f"tool schema is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise _invalid("tool schema must be a JSON object")
@@ -131,6 +131,9 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
             ) from None
         except RecursionError:
             raise _invalid('"parameters" is nested too deeply') from None
+        problem = in_place_ref_problem(parameters)
+        if problem is not None:
+            raise _invalid(f'"parameters": {problem}')
         function["parameters"] = parameters
 
     strict = fn.get("strict")
@@ -138,10 +141,6 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
         function["strict"] = strict  # OpenAI structured outputs; meaningful upstream
 
     return name, {"type": "function", "function": function}
-
-
-def _reject_constant(token: str) -> object:
-    raise ValueError(f"{token} is not JSON")
 
 
 def _build_validator(spec: JSONDict) -> Validator | None:

@@ -9,11 +9,10 @@ through the same door.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.chat.normalize import compact_json, normalize_assistant
 from spearpy.chat.params import canonical_key, check_param
 from spearpy.chat.protocol import JSONDict, ToolCall
@@ -102,8 +101,8 @@ class ChatSession:
 
     def _write_tool_answer(self, content: str) -> int:
         try:
-            payload = json.loads(content, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
+            payload = _json.loads(content, allow_nan=False)
+        except ValueError:
             return abi.EINVAL
         if not isinstance(payload, dict) or "content" not in payload:
             return abi.EINVAL
@@ -120,6 +119,3 @@ class ChatSession:
         self._id_counter += 1
         return f"sp{self._id_counter:07d}"
 
-
-def _reject_constant(token: str) -> object:
-    raise ValueError(f"{token} is not JSON")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
 from spearpy.fdtable import ChatResponse, FdKind
@@ -106,8 +106,8 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
                 return abi.EAGAIN
             raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
             try:
-                request = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                request = _json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 return abi.EIO
             if not isinstance(request, dict) or not isinstance(request.get("key"), str) \
                     or "value" not in request:

@@ -6,7 +6,7 @@ import json
 import struct
 from typing import TYPE_CHECKING
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.fdtable import EpollSet, FdKind, flags_json
 from spearpy.memory import GuestFault
 
@@ -29,8 +29,8 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
         if cmd == abi.FD_CTL_SET_FLAGS:
             raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
             try:
-                request = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                request = _json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 return abi.EINVAL
             if not isinstance(request, dict):
                 return abi.EINVAL

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from spearpy import _json
 from spearpy.testing.dialects import Dialect, Respond, derived_id, plain_error
 from spearpy.testing.reply import JSONDict, ScriptedReply, dumps
 
@@ -182,7 +183,7 @@ def _input(arguments: Any) -> Any:
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments)
+        value = _json.loads(arguments)
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from spearpy import _json
 from spearpy.testing.reply import JSONDict, ScriptedReply, ScriptError, dumps
 
 CHAT_PATH = "/v1/chat/completions"
@@ -128,7 +128,7 @@ class OllamaDialect(Dialect):
             fn = dict(call.get("function") or {})
             # Malformed on purpose (a test of bad arguments): leave it as written.
             with contextlib.suppress(TypeError, ValueError):
-                fn["arguments"] = json.loads(fn.get("arguments", "{}"))
+                fn["arguments"] = _json.loads(fn.get("arguments", "{}"))
             call["function"] = fn
             call["id"] = "call_" + derived_id(str(call.get("id")), 8, _ALNUM[:36])
             return call

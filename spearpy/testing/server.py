@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from spearpy import _json
 from spearpy.testing.dialects import Dialect
 from spearpy.testing.dialects import dialect as _dialect
 from spearpy.testing.faults import WIRE_FAULTS
@@ -237,7 +238,7 @@ def _parse_json(raw: bytes) -> tuple[JSONDict | None, str | None]:
     if not raw:
         return None, "the body is empty"
     try:
-        value = json.loads(raw)
+        value = _json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, str(exc)
     # Script.respond explains why a non-object body is refused.

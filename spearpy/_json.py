@@ -1,0 +1,68 @@
+"""JSON parsing for text the host does not trust (guest memory, model output,
+upstream bodies, user files).
+
+`json.loads` recurses once per nesting level and raises RecursionError near
+Python's recursion limit. Catching that is not enough: while the stack is that
+deep, any finalizer the garbage collector runs (wasmtime objects free
+themselves through ctypes) fails too, and that failure escapes as an
+unraisable exception. So nesting is bounded *before* parsing, well below the
+limit, and too-deep text is an ordinary `json.JSONDecodeError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted. Tool schemas and
+arguments in practice stay under ten; jsonschema validates 64 levels with a
+wide margin to the recursion limit."""
+
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
+    """`json.loads` that refuses nesting deeper than MAX_JSON_DEPTH.
+
+    allow_nan=False also refuses NaN and ±Infinity, which are not JSON and
+    which strict servers reject when the value is sent on.
+    """
+    position = _too_deep_at(raw)
+    if position >= 0:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        raise json.JSONDecodeError(
+            f"nested deeper than {MAX_JSON_DEPTH} levels", text, position
+        )
+    if allow_nan:
+        return json.loads(raw)
+    return json.loads(raw, parse_constant=_reject_constant)
+
+
+def _too_deep_at(raw: str | bytes) -> int:
+    """Offset of the first opener past MAX_JSON_DEPTH, or -1."""
+    if isinstance(raw, bytes):
+        if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+            return -1  # the common case: cannot be too deep
+        # Brackets, quotes and backslashes are ASCII, and UTF-8 never puts
+        # ASCII bytes inside a multi-byte character, so latin-1 keeps offsets.
+        text = raw.decode("latin-1")
+    else:
+        if raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH:
+            return -1
+        text = raw
+    depth = 0
+    for match in _TOKENS.finditer(text):
+        first = match.group()[0]  # a bracket, or the quote of a skipped string
+        if first in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return match.start()
+        elif first in "]}":
+            depth -= 1
+    return -1
+
+
+def _reject_constant(token: str) -> object:
+    raise ValueError(f"{token} is not valid JSON")

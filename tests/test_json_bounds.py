@@ -1,0 +1,56 @@
+"""spearpy._json: nesting is bounded before the parser recurses."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spearpy import _json
+
+
+@pytest.mark.parametrize("raw", [
+    "[" * 3000 + "]" * 3000,
+    b"[" * 3000 + b"]" * 3000,
+    '{"key":"x","value":' + "[" * 3000,  # truncated too: refused for depth first
+    "[" * (_json.MAX_JSON_DEPTH + 1) + "]" * (_json.MAX_JSON_DEPTH + 1),
+    '{"a":' * 100 + "1" + "}" * 100,
+])
+def test_too_deep_is_a_decode_error_not_a_recursion_error(raw: str | bytes) -> None:
+    with pytest.raises(json.JSONDecodeError, match="nested deeper than 64 levels"):
+        _json.loads(raw)
+
+
+def test_exact_limit_and_brackets_inside_strings_are_fine() -> None:
+    depth = _json.MAX_JSON_DEPTH
+    assert _json.loads("[" * depth + "]" * depth) is not None
+    text = json.dumps({"s": "[{" * 500, "t": 'quote \\" [[[[ ' * 50, "n": [[1]]})
+    assert _json.loads(text) == json.loads(text)
+    assert _json.loads(text.encode()) == json.loads(text)
+    # Multi-byte UTF-8 beside many brackets keeps its meaning.
+    text = json.dumps({"é": ["ü"] * 100, "k": [["€"]] * 40}, ensure_ascii=False)
+    assert _json.loads(text.encode()) == json.loads(text)
+
+
+def test_allow_nan_false_refuses_constants() -> None:
+    assert math.isnan(_json.loads("[NaN]")[0])  # the default follows json.loads
+    with pytest.raises(ValueError, match="Infinity is not valid JSON"):
+        _json.loads('{"a": Infinity}', allow_nan=False)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="[]{}\\\"ab é"),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=4),
+    max_leaves=200,
+)
+
+
+@given(JSON_VALUES)
+def test_agrees_with_json_loads_on_ordinary_documents(value: object) -> None:
+    text = json.dumps(value)
+    assert _json.loads(text) == json.loads(text)
+    assert _json.loads(text.encode()) == json.loads(text)
