@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,28 @@ def test_missing_toolchain_prints_the_install_command(
     proc = build("--out", str(out), env=env)
     assert proc.returncode == TOOLCHAIN_MISSING, proc.stdout + proc.stderr
     assert install in proc.stderr
+
+
+CARGO = Path("/usr/bin/cargo")  # Debian's, matching /usr/bin/rustc; rustup's has no wasm32 std
+
+
+def test_the_rust_crate_builds_its_examples_with_cargo(tmp_path: Path) -> None:
+    """The Cargo path docs/guest-sdk.md describes: the crate's own .cargo/config.toml
+    sets the target and --export-table, the sample runs its scripted conversation."""
+    if not CARGO.exists():
+        pytest.skip("cargo missing: bash tools/setup.sh --toolchains installs it")
+    crate = ROOT / "guest/rust/spear-guest"
+    env = {**os.environ, "RUSTC": "/usr/bin/rustc", "CARGO_HOME": str(tmp_path / "cargo-home"),
+           "CARGO_TARGET_DIR": str(tmp_path / "target")}
+    proc = subprocess.run([str(CARGO), "build", "--offline", "--release", "--example", "tool_sum"],
+                          cwd=crate, env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, check=False)
+    assert proc.returncode == 0, proc.stderr
+    wasm = tmp_path / "target/wasm32-wasi/release/examples/tool_sum.wasm"
+    sample = next(s for s in MANIFEST if s["name"] == "rust_tool_sum")
+    run = subprocess.run(
+        [sys.executable, "-m", "spearpy", "run", "--quiet", "--backend",
+         f"scripted:{ROOT / sample['script']}", str(wasm)],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
+    assert run.returncode == sample["expect_exit"], run.stderr
+    assert run.stdout.splitlines() == sample["expect_stdout"]

@@ -4,7 +4,7 @@
 #   tools/setup.sh               Python side only (enough for `spearpy demo` and `spearpy run`)
 #   tools/setup.sh --toolchains  also what only the tests need: the wasm32 toolchains
 #                                (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32
-#                                rustc libstd-rust-dev-wasm32, through apt-get) and the
+#                                rustc libstd-rust-dev-wasm32 cargo, through apt-get) and the
 #                                [ray] extra for the batch-on-Ray tests
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,11 +18,11 @@ for arg in "$@"; do
     esac
 done
 
-APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32)
+APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32 cargo)
 
 toolchains_present() {
     command -v clang >/dev/null && command -v wasm-ld >/dev/null \
-        && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] \
+        && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] \
         && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ]
 }
 
