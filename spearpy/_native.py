@@ -278,9 +278,9 @@ def watch_epochs(store: wasmtime.Store) -> None:
     store.set_epoch_deadline(1)
 
 
-# (base address, byte length) of a memory: read both fresh before every
-# access. Wasm code may grow the memory, and with a movable memory also
-# relocate it, between any two host accesses; a cached pair would dangle.
+# A memory's base address and byte length. Wasm code may grow the memory
+# between any two host accesses, so the length is read fresh each time; the
+# base is stable only because the Host's Engine sets memory_may_move = False.
 memory_data = _memory_data
 memory_data_size = _memory_data_size
 
@@ -305,7 +305,3 @@ class MemorySpan:
         ctx, mem = self._ctx, self._mem
         return _memory_data(ctx, mem) or 0, _memory_data_size(ctx, mem)
 
-
-def memory_span(store: wasmtime.Store, memory: wasmtime.Memory) -> tuple[int, int]:
-    """(base address, byte length) of a guest memory right now."""
-    return MemorySpan(store, memory)()

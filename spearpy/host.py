@@ -71,6 +71,10 @@ def _engine_config() -> wasmtime.Config:
     config = wasmtime.Config()
     config.epoch_interruption = True
     config.consume_fuel = True
+    # Linear memories grow in place inside their reservation (4 GiB, all a
+    # wasm32 memory can address), so a memory's base address is fixed for its
+    # life and GuestMemory reads it once instead of before every access.
+    config.memory_may_move = False
     return config
 
 

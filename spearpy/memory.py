@@ -1,9 +1,10 @@
 """Bounds-checked access to a guest's linear memory and the out-buffer protocol.
 
-Every access re-reads the memory's base and length (two foreign calls, no
-Python wrappers), because a guest may grow (and on some configurations move)
-its memory between two hostcalls; a cached view would dangle and crash the
-host. An address computed here is used at once, before any guest code runs.
+Every access re-reads the memory's length (one foreign call, no Python
+wrapper), because a guest may grow its memory between two hostcalls. The base
+address is read once: the Host's Engine is configured with
+`memory_may_move = False`, so a memory grows in place and never relocates
+(a moved memory would leave a cached base dangling and crash the host).
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ def _outside(ptr: int, length: int, size: int) -> GuestFault:
 
 
 class GuestMemory:
-    __slots__ = ("_ctx", "_mem", "_memory", "_store")
+    __slots__ = ("_base_address", "_ctx", "_mem", "_memory", "_store")
 
     def __init__(self, store: wasmtime.Store, memory: wasmtime.Memory | None) -> None:
         # The references keep the addresses below valid.
         self._store = store
         self._memory = memory
         self._ctx, self._mem = memory_handles(store, memory) if memory is not None else (0, 0)
+        self._base_address = 0
 
     @property
     def available(self) -> bool:
@@ -59,9 +61,11 @@ class GuestMemory:
         return size
 
     def _base(self) -> int:
-        """The memory's host address right now; valid only until guest code runs.
+        """The memory's host address (fixed: memories never move, see above).
         Call _size() first: it is what refuses a guest without a memory."""
-        base: int = memory_data(self._ctx, self._mem) or 0
+        base = self._base_address
+        if not base:
+            base = self._base_address = memory_data(self._ctx, self._mem) or 0
         return base
 
     @staticmethod
@@ -73,8 +77,8 @@ class GuestMemory:
         return ptr
 
     def _address(self, ptr: int, length: int) -> int:
-        """The host address of [ptr, ptr+length), checked against the memory as
-        it is now; valid only until guest code runs again."""
+        """The host address of [ptr, ptr+length), checked against the memory's
+        length as it is now (guest code may shrink nothing, but it may grow it)."""
         offset = self._within(ptr, length, self._size())  # first: it checks there is a memory
         return self._base() + offset
 
