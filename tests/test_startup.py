@@ -83,10 +83,17 @@ print(json.dumps(loaded(["spearpy.host", "spearpy.config", "pydantic", "wasmtime
 
 
 @pytest.mark.skipif(not LOOP.is_file(), reason="tools/build_wasm.sh builds the samples")
-def test_default_logging_still_prints_a_failed_run_on_stderr(tmp_path: Path) -> None:
-    # Logging is configured deferred; the first line at warning or above
-    # brings structlog in, configured for stderr as before.
+def test_a_failed_run_is_reported_once_on_stderr(tmp_path: Path) -> None:
+    # By default the live view reports the failure and the warning-level log
+    # stays silent (it would repeat each line), so structlog is never loaded.
     done, data = _env_free_run(tmp_path, LOOP, "--timeout", "0.3")
+    assert data["exit"] == 124, done.stderr
+    assert "timeout" in done.stderr and "run ended" not in done.stderr
+    assert "structlog" not in data["loaded"]
+    # With --quiet there is no live view: the log reports it. Logging is
+    # configured deferred; the first line at warning or above brings
+    # structlog in, configured for stderr.
+    done, data = _env_free_run(tmp_path, LOOP, "--timeout", "0.3", "--quiet")
     assert data["exit"] == 124, done.stderr
     assert "run ended" in done.stderr and "outcome=timeout" in done.stderr
     assert "run ended" not in done.stdout

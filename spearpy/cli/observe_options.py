@@ -121,8 +121,14 @@ class Observability:
                                     opts.get("metrics_addr") or "127.0.0.1")
         if opts.get("otel") or opts.get("otel_spans"):
             self._setup_otel(opts.get("otel_spans"))
-        if not opts.get("quiet") and not self._logs_on_stderr:
+        live = not opts.get("quiet") and not self._logs_on_stderr
+        if live:
             self.sink.add(LiveView(self._stderr))
+        # The live view already reports every event the default (warning)
+        # console log would: failed sends, limits, the run's end. Both on one
+        # stderr would say each twice; chosen log flags always get their lines.
+        if not live or opts.get("log_format") or opts.get("log_file") or opts.get("log_level"):
+            self.sink.add(LogSink(log_content=bool(opts.get("log_content"))))
 
     def _setup_logging(self, opts: dict[str, Any]) -> None:
         chosen = bool(opts.get("log_format") or opts.get("log_file"))
@@ -141,7 +147,6 @@ class Observability:
         # Deferred: a run that logs no line at `level` never loads structlog.
         configure_logging(opts.get("log_format") or "console", level, stream=stream,
                           redactor=self.redactor, defer=True)
-        self.sink.add(LogSink(log_content=bool(opts.get("log_content"))))
 
     def _serve_metrics(self, metrics: Metrics, port: int, addr: str) -> None:
         try:
