@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,26 +227,27 @@ class GuestRun:
         self._tool_funcs[index] = func
         return func
 
-    @contextlib.contextmanager
-    def tool_call(self) -> Iterator[None]:
-        """One tool call's deadline. It covers the whole call (spear_alloc,
-        every -28 retry, spear_free), so neither a spinning allocator nor a
-        tool that keeps asking for more room gets more than --tool-timeout;
-        a nested call (a tool's own send running tools) keeps the outer one."""
-        if self.config.tool_timeout is None or self.tool_deadline is not None:
-            yield
-            return
-        self.tool_deadline = time.monotonic() + self.config.tool_timeout
-        try:
-            yield
-        finally:
-            self.tool_deadline = None
+    def arm_tool_deadline(self) -> bool:
+        """Start one tool call's deadline; the caller resets `tool_deadline` to
+        None when the call ends, if this returned True. It covers the whole
+        call (spear_alloc, every -28 retry, spear_free), so neither a spinning
+        allocator nor a tool that keeps asking for more room gets more than
+        --tool-timeout; a nested call (a tool's own send running tools) keeps
+        the outer one (False). A plain try/finally, not a context manager:
+        this is on every tool call's path."""
+        timeout = self.config.tool_timeout
+        if timeout is None or self.tool_deadline is not None:
+            return False
+        self.tool_deadline = time.monotonic() + timeout
+        return True
 
     def call_guest_tool(self, func: _native.RawFunc, *args: int) -> int:
-        if self.tool_deadline is not None or self.config.tool_timeout is None:
-            return func.call_i32(*args)  # the deadline is already armed (or none applies)
-        with self.tool_call():
+        armed = self.arm_tool_deadline()
+        try:
             return func.call_i32(*args)
+        finally:
+            if armed:
+                self.tool_deadline = None
 
     # ---- lifecycle -------------------------------------------------------
 

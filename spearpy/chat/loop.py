@@ -202,6 +202,10 @@ class ToolLoop:
         self._end(failed, _Event.INTERRUPT)
         return failed
 
+    @property
+    def has_notes(self) -> bool:
+        return bool(self._notes)
+
     def drain_notes(self) -> list[LoopNote]:
         notes, self._notes = self._notes, []
         return notes

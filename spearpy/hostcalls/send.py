@@ -97,7 +97,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     kept = len(session.messages)
     while True:
         action = loop.next_action()
-        _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
+        if loop.has_notes:
+            _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
         kept = _charge_new_messages(run, session, kept)
         if isinstance(action, (Done, Failed)):
             break
@@ -107,8 +108,9 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
             break
         if isinstance(action, Complete):
-            run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
-                            messages=len(action.messages))
+            if run.events.active:
+                run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
+                                messages=len(action.messages))
             request = CompletionRequest(
                 model=model, messages=action.messages, tools=action.tools, params=forwarded,
                 timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event)
@@ -138,9 +140,13 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 args_bytes=len(action.arguments.encode()), cached=False,
                                 iteration=loop.stats.iterations, executed=True,
                                 content={"arguments": action.arguments})
-            with run.tool_call():
+            armed = run.arm_tool_deadline()
+            try:
                 outcome = call_tool(run, action.fn_offset, action.arguments,
                                     limits.max_tool_output_bytes, arena)
+            finally:
+                if armed:
+                    run.tool_deadline = None
             if observed:
                 run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name,
                                 rc=outcome.rc, duration_ms=round(outcome.duration_ms, 3),
