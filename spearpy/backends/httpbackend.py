@@ -262,7 +262,9 @@ class HTTPBackend(abc.ABC):
                         return self._fail(request, "cancelled",
                                           "the run was cancelled during the response")
                 status = response.status_code
-                headers = dict(response.headers)
+                # Only a failure reads headers (Retry-After); dict(httpx.Headers)
+                # is quadratic in the header count and costs ~20 us a reply.
+                headers = {} if 200 <= status < 300 else dict(response.headers.items())
         except TransportRefusal as exc:
             return self._fail(request, exc.code, exc.message)
         except httpx.TimeoutException as exc:
