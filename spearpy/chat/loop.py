@@ -20,7 +20,6 @@ from enum import Enum
 from typing import Final, NoReturn
 
 from spearpy import _json, abi
-from spearpy.chat.fastschema import Check, compile_check
 from spearpy.chat.normalize import bad_response_reason, first_message, with_session_tool_calls
 from spearpy.chat.protocol import (
     Action,
@@ -302,7 +301,7 @@ class ToolLoop:
         if self.limits.validate_tool_args:
             if not isinstance(parsed, dict):
                 return "arguments must be a JSON object", ""
-            check = _fast_check(tool)
+            check = tool.check
             if check is None or not check(parsed):
                 # jsonschema decides (and explains) whatever the fast path cannot pass.
                 problem = tool.validate(parsed)
@@ -405,24 +404,6 @@ class ToolLoop:
         out = with_session_tool_calls(body, self.session.messages[-1])
         out["_spear"] = self._spear()
         return out
-
-
-# Compiled fast checks per registered Tool (keyed by identity, the Tool kept
-# alive beside its check so an id is never reused for another tool).
-_CHECKS: dict[int, tuple[Tool, Check | None]] = {}
-_MAX_CHECKS = 4096
-
-
-def _fast_check(tool: Tool) -> Check | None:
-    entry = _CHECKS.get(id(tool))
-    if entry is None or entry[0] is not tool:
-        if len(_CHECKS) >= _MAX_CHECKS:
-            _CHECKS.clear()
-        function = tool.spec.get("function")
-        params = function.get("parameters") if isinstance(function, dict) else None
-        entry = (tool, compile_check(params) if isinstance(params, dict) else None)
-        _CHECKS[id(tool)] = entry
-    return entry[1]
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from spearpy import _json, abi
+from spearpy.chat.fastschema import Check, compile_check
 from spearpy.chat.protocol import JSONDict
 from spearpy.chat.schemarefs import in_place_ref_problem
 
@@ -52,6 +53,9 @@ class Tool:
     fn_offset: int
     spec: JSONDict  # always {"type":"function","function":{name, description?, parameters?}}
     validator: Validator | None = field(default=None, compare=False, repr=False)
+    # A compiled predicate for the common schema subset (chat/fastschema.py):
+    # True means valid; False or None (no fast path) defers to `validator`.
+    check: Check | None = field(default=None, compare=False, repr=False)
 
     def validate(self, arguments: object) -> str | None:
         """Return why `arguments` (parsed JSON) do not fit the schema, or None."""
@@ -143,10 +147,20 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
     return name, {"type": "function", "function": function}
 
 
-def _build_validator(spec: JSONDict) -> Validator | None:
+def _parameters(spec: JSONDict) -> JSONDict | None:
     function = spec.get("function")
     parameters = function.get("parameters") if isinstance(function, dict) else None
-    if not isinstance(parameters, dict):
+    return parameters if isinstance(parameters, dict) else None
+
+
+def _build_check(spec: JSONDict) -> Check | None:
+    parameters = _parameters(spec)
+    return compile_check(parameters) if parameters is not None else None
+
+
+def _build_validator(spec: JSONDict) -> Validator | None:
+    parameters = _parameters(spec)
+    if parameters is None:
         return None
     import jsonschema.validators
 
@@ -165,7 +179,8 @@ class ToolRegistry:
         """Register a tool; `spec` is the wrapped form from parse_tool_schema."""
         if name in self._tools:
             raise RegistryError(abi.EEXIST, f"tool {name!r} is already registered")
-        tool = Tool(name=name, fn_offset=fn_offset, spec=spec, validator=_build_validator(spec))
+        tool = Tool(name=name, fn_offset=fn_offset, spec=spec, validator=_build_validator(spec),
+                    check=_build_check(spec))
         self._tools[name] = tool
         self._specs = None
         return tool
