@@ -171,7 +171,8 @@ def _ref_chain(length: int, last: dict[str, object]) -> dict[str, object]:
     ("params", "why"),
     [
         ({"type": "object", "$ref": "#"}, "'#' loops back"),
-        ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+        ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]},
+                    "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
           "properties": {"x": {"$ref": "#/$defs/a"}}}, "loops back"),
         ({"$defs": {"a": {"$anchor": "A", "not": {"$ref": "#A"}}}}, "'#A' loops back"),
         ({"allOf": [{"$ref": "#/allOf/0"}]}, "loops back"),

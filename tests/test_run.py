@@ -131,6 +131,22 @@ def test_a_file_that_is_not_wasm_is_named_as_such(tmp_path: Path) -> None:
     assert done.returncode == 65 and "not a valid wasm binary:" in done.stderr
 
 
+def test_a_bad_setting_names_its_flag_or_variable(tmp_path: Path) -> None:
+    import os
+
+    wasm = tmp_path / "wasi.wasm"
+    wasm.write_bytes(WASI)
+    done = _cli("run", "--no-cache", "--timeout", "-1", str(wasm))
+    assert done.returncode == 2
+    assert "invalid --timeout -1.0: Input should be greater than 0" in done.stderr
+    env = {**os.environ, "SPEARPY_MAX_RETRIES": "50"}
+    done = _cli("run", "--no-cache", "--max-iterations", "0", str(wasm), env=env)
+    assert done.returncode == 2
+    assert "invalid SPEARPY_MAX_RETRIES '50'" in done.stderr
+    assert "invalid --max-iterations 0" in done.stderr
+    assert "pydantic.dev" not in done.stderr
+
+
 def test_json_logs_stay_json_with_guest_log_lines() -> None:
     root = Path(__file__).resolve().parents[1]
     done = _cli("run", "--no-cache", "--log-format", "json",

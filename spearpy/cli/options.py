@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from spearpy.config import HostConfig
 from spearpy.errors import ConfigError
@@ -56,8 +57,29 @@ def config_from_options(options: dict[str, Any]) -> HostConfig:
         given["config_file"] = given.pop("config")
     try:
         return HostConfig(**given)
+    except ValidationError as exc:
+        raise click.UsageError(_explain(exc, set(given))) from exc
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+# Fields whose flag or environment variable is not derived from the field name.
+_FLAGS = {"config_file": "--config", "cache_dir": "--no-cache"}
+_ENVS = {"base_url": "OPENAI_BASE_URL", "config_file": "SPEARPY_CONFIG"}
+
+
+def _explain(exc: ValidationError, given: set[str]) -> str:
+    """pydantic's report in the words of the CLI: the flag (or environment
+    variable) that holds the bad value, the value, and why it is refused."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in given:
+            source = _FLAGS.get(field, "--" + field.replace("_", "-"))
+        else:
+            source = _ENVS.get(field, "SPEARPY_" + field.upper())
+        lines.append(f"invalid {source} {error.get('input')!r}: {error['msg']}")
+    return "\n".join(lines)
 
 
 def host_from_options(options: dict[str, Any]) -> Host:
