@@ -78,7 +78,7 @@ class GuestMemory:
 
     def _address(self, ptr: int, length: int) -> int:
         """The host address of [ptr, ptr+length), checked against the memory's
-        length as it is now (guest code may shrink nothing, but it may grow it)."""
+        length as it is now (guest code can grow a memory, never shrink it)."""
         offset = self._within(ptr, length, self._size())  # first: it checks there is a memory
         return self._base() + offset
 
