@@ -18,6 +18,13 @@ import wasmtime
 from spearpy import _native
 from spearpy.capture import Capture, StreamCapture
 from spearpy.config import HostConfig
+from spearpy.endings import (
+    MAX_MEMORIES,
+    MAX_TABLE_ELEMENTS,
+    MAX_TABLES,
+    classify_error,
+    classify_trap,
+)
 from spearpy.fdtable import FdKind, FdTable
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
@@ -29,22 +36,8 @@ if TYPE_CHECKING:
 
 _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 _UNLIMITED_FUEL = (1 << 63) - 1
-# Store limits beyond --max-memory. wasmtime applies memory_size per linear
-# memory and table_elements per table, and a table.grow loop otherwise takes
-# gigabytes of host RAM; toolchains emit one memory and one table, and a
-# large C or Rust program's function table holds a few thousand entries.
-MAX_MEMORIES = 1
-MAX_TABLES = 4
-MAX_TABLE_ELEMENTS = 1 << 20
-# Bytes the host keeps for one run on the guest's behalf: session messages,
-# tool schemas, params, tool outputs, replies (all kept to the end of the run
-# in its transcripts). --max-memory caps linear memory; this caps the copies
-# a guest can make the host hold (20 writes of one 64 MiB buffer took 1.4 GB).
+# A guest repeating a host bug must not flood the log with tracebacks.
 MAX_LOGGED_HOST_BUGS = 10
-# A trap with linear memory above this share of --max-memory is reported as
-# memory_limit: the guest most likely trapped because a grow was refused
-# (an allocator's abort, or a store past the end it could not grow).
-_NEAR_MEMORY_LIMIT = 0.75
 
 
 GuestLogSink = Callable[[str, str], None]
@@ -336,9 +329,10 @@ class GuestRun:
         except wasmtime.ExitTrap as exc:
             return "exited", "", exc.code
         except wasmtime.Trap as exc:
-            return (*self._classify_trap(exc.trap_code, exc.message), 0)
+            return (*classify_trap(exc.trap_code, exc.message, self.interrupt, self.config,
+                                   self.memory), 0)
         except wasmtime.WasmtimeError as exc:
-            return (*self._classify_error(str(exc)), 0)
+            return (*classify_error(str(exc), self.interrupt, self.config), 0)
         finally:
             _native.enter_run(previous)
 
@@ -353,38 +347,6 @@ class GuestRun:
                 # stream goes first.
                 capture.data[:0] = guest[name].data
                 capture.truncated = capture.truncated or guest[name].truncated
-
-    def _classify_error(self, text: str) -> tuple[str, str]:
-        if self.interrupt is not None:
-            return self.interrupt
-        if "fuel" in text:
-            return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
-        first = _native.trap_summary(None, text)
-        # Instantiation refused by the store limits: the module asks for more
-        # than this run may have before any of its code runs.
-        if "exceeds memory limits" in text:
-            return "memory_limit", (f"{first}: the module's initial memory is larger than "
-                                    f"the memory limit of {self.config.max_memory} bytes")
-        if "exceeds table limits" in text or "resource limit exceeded" in text:
-            return "load_error", (f"{first} (spearpy allows {MAX_MEMORIES} memory, "
-                                  f"{MAX_TABLES} tables of up to {MAX_TABLE_ELEMENTS} elements)")
-        return "trap", first
-
-    def _classify_trap(self, code: wasmtime.TrapCode | None, text: str) -> tuple[str, str]:
-        if self.interrupt is not None:
-            return self.interrupt
-        if code == wasmtime.TrapCode.OUT_OF_FUEL:
-            return "fuel_exhausted", f"the run used up its fuel budget ({self.config.fuel})"
-        first = _native.trap_summary(code, text)
-        if code == wasmtime.TrapCode.STACK_OVERFLOW:
-            return "trap", "wasm trap: call stack exhausted (stack overflow)"
-        limit = self.config.max_memory
-        if limit is not None and self.memory.available:
-            size = self.memory.size()
-            if size + 65536 > limit or size >= limit * _NEAR_MEMORY_LIMIT:
-                return "memory_limit", (f"the guest trapped ({first}) with {size} bytes of "
-                                        f"linear memory, near the memory limit of {limit} bytes")
-        return "trap", first
 
     def _finish(self, outcome: str, message: str, exit_code: int) -> RunResult:
         self.close_all_sessions()
