@@ -61,7 +61,7 @@ class DecodeError(Exception):
     """A 2xx body the dialect cannot turn into a chat completion."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Attempt:
     result: CompletionResult
     retryable: bool

@@ -3,6 +3,11 @@
 The loop is sans-IO: the driver (hostcalls/chat.py) performs every action the
 loop asks for and feeds the results back. Nothing here imports wasmtime or
 httpx.
+
+Values are never changed after construction. The ones built on every loop
+iteration (ToolCall, Complete, CallTool, CompletionResult, ToolOutcome) are
+plain slotted dataclasses rather than frozen ones only because a frozen
+dataclass's __init__ costs three times as much (~0.9 vs ~0.3 us measured).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any, TypeAlias
 JSONDict: TypeAlias = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolCall:
     """One normalised call from an assistant message."""
 
@@ -31,7 +36,7 @@ class UpstreamError:
     status: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CompletionResult:
     """What the backend returned for one Complete action."""
 
@@ -42,7 +47,7 @@ class CompletionResult:
     latency_ms: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolOutcome:
     """What calling one guest tool produced."""
 
@@ -57,14 +62,14 @@ class ToolOutcome:
 # ---- actions the loop asks its driver to perform ---------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Complete:
     messages: list[JSONDict]
     tools: list[JSONDict] | None
     iteration: int  # 1-based number of this completion within the send
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallTool:
     call: ToolCall
     fn_offset: int
