@@ -4,9 +4,9 @@ the bench guest driven the way a guest drives its hostcalls."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import wasmtime
 
 from spearpy import _native, abi
 from spearpy.host import Host
-from spearpy.instance import GuestRun, RunOptions
+from spearpy.testing.instance import LiveInstance
 
 WAT_DIR = Path(__file__).parent / "wat"
 ECHO, SUM = 0, 1  # table slots of the bench guest's tools
@@ -51,27 +51,12 @@ def large_module(functions: int = 4000) -> bytes:
     return bytes(wasmtime.wat2wasm("\n".join(parts)))
 
 
-class LiveGuest:
+class LiveGuest(LiveInstance):
     """The bench guest instantiated in a real GuestRun; calls its exports as
     the guest itself would call the hostcalls."""
 
     def __init__(self, host: Host) -> None:
-        self.host = host
-        self.run = GuestRun(host, host.load(guest_wasm(), "bench_guest.wasm"),
-                            RunOptions(capture_output=True))
-        self._scratch = tempfile.TemporaryDirectory(prefix="spearpy-bench-")
-        self.instance = self.run.instantiate(Path(self._scratch.name))
-        self.store = self.run.store
-        self.exports = self.instance.exports(self.store)
-
-    def call(self, name: str, *args: int) -> Any:
-        func = self.exports[name]
-        assert isinstance(func, wasmtime.Func)
-        previous = _native.enter_run(self.run)
-        try:
-            return func(self.store, *args)
-        finally:
-            _native.enter_run(previous)
+        super().__init__(host, host.load(guest_wasm(), "bench_guest.wasm"))
 
     def put(self, ptr: int, data: bytes) -> tuple[int, int]:
         self.run.memory.write(ptr, data)
@@ -119,6 +104,28 @@ class LiveGuest:
     def close_fd(self, fd: int) -> None:
         self.call("p_cchat_close", fd)
 
-    def close(self) -> None:
-        self.run.close_all_sessions()
-        self._scratch.cleanup()
+
+class RawToolCall:
+    """A bench guest tool called the cheapest way wasmtime allows: an unchecked
+    call with a preallocated value array and raw memory copies, no checks (the
+    floor of P1 and P5)."""
+
+    def __init__(self, guest: LiveGuest, slot: int) -> None:
+        func = guest.run.tool_function(slot)
+        assert func is not None
+        self.func = func
+        memory = guest.exports["memory"]
+        assert isinstance(memory, wasmtime.Memory)
+        self.span = _native.MemorySpan(guest.store, memory)
+
+    def __call__(self, arguments: str) -> str:
+        data = arguments.encode()
+        out_ptr = (ARENA_PTR + len(data) + 1 + 7) & ~7
+        len_ptr = ARENA_PTR + ARENA_LEN - 8
+        base, _size = self.span()
+        ctypes.memmove(base + ARENA_PTR, data + b"\0", len(data) + 1)
+        ctypes.c_uint32.from_address(base + len_ptr).value = len_ptr - out_ptr
+        self.func.call_i32(ARENA_PTR, len(data), out_ptr, len_ptr)
+        base, _size = self.span()
+        length = ctypes.c_uint32.from_address(base + len_ptr).value
+        return ctypes.string_at(base + out_ptr, length).decode()

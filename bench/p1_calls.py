@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from bench.guests import (
     ECHO,
     ROLE_PTR,
     LiveGuest,
+    RawToolCall,
     extism_echo_wasm,
     guest_wasm,
 )
@@ -93,31 +93,6 @@ def _zero(nresults: int) -> Callable[..., Any]:
     return (lambda *_a: 0) if nresults else (lambda *_a: None)
 
 
-class FloorCall:
-    """The least a host can do for the same round trip through wasmtime's C API:
-    an unchecked call with a preallocated value array and raw memory copies."""
-
-    def __init__(self, guest: LiveGuest) -> None:
-        func = guest.run.tool_function(ECHO)
-        assert func is not None
-        self.func = func
-        memory = guest.exports["memory"]
-        assert isinstance(memory, wasmtime.Memory)
-        self.span = _native.MemorySpan(guest.store, memory)
-
-    def tool_call(self, arguments: str) -> str:
-        data = arguments.encode()
-        out_ptr = (ARENA_PTR + len(data) + 1 + 7) & ~7
-        len_ptr = ARENA_PTR + ARENA_LEN - 8
-        base, _size = self.span()
-        ctypes.memmove(base + ARENA_PTR, data + b"\0", len(data) + 1)
-        ctypes.c_uint32.from_address(base + len_ptr).value = len_ptr - out_ptr
-        self.func.call_i32(ARENA_PTR, len(data), out_ptr, len_ptr)
-        base, _size = self.span()
-        length = ctypes.c_uint32.from_address(base + len_ptr).value
-        return ctypes.string_at(base + out_ptr, length).decode()
-
-
 def _extism_call() -> tuple[Callable[[], Any] | None, str]:
     try:
         import extism
@@ -139,7 +114,7 @@ def run(quick: bool) -> list[Row]:
     host = Host(cache_dir=None, model="bench", base_url="http://127.0.0.1:9/v1")
     guest = LiveGuest(host)
     plain = PlainGuest()
-    floor = FloorCall(guest)
+    floor = RawToolCall(guest, ECHO)
     previous = _native.enter_run(guest.run)
     try:
         arena = (ARENA_PTR, ARENA_LEN)
@@ -150,11 +125,11 @@ def run(quick: bool) -> list[Row]:
 
         assert spear_tool() == PAYLOAD
         assert plain.tool_call(PAYLOAD) == PAYLOAD
-        assert floor.tool_call(PAYLOAD) == PAYLOAD
+        assert floor(PAYLOAD) == PAYLOAD
         ops: dict[str, Callable[[], Any]] = {
             "spearpy": spear_tool,
             "wasmtime-py": lambda: plain.tool_call(PAYLOAD),
-            "c-api floor": lambda: floor.tool_call(PAYLOAD),
+            "c-api floor": lambda: floor(PAYLOAD),
         }
         extism_op, extism_label = _extism_call()
         if extism_op is not None:

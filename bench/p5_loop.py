@@ -10,15 +10,12 @@ framework's fixed cost per run (building a state, an event loop, a send).
 
 from __future__ import annotations
 
-import ctypes
 import json
 from collections.abc import Callable
 from typing import Any
 
-import wasmtime
-
 from bench import fakemodel
-from bench.guests import ARENA_LEN, ARENA_PTR, SUM, LiveGuest
+from bench.guests import SUM, LiveGuest, RawToolCall
 from bench.peers import PEERS, PROMPT
 from bench.stats import Row, Series, Target, interleaved
 from bench.upstream import install_backend
@@ -49,30 +46,6 @@ def minimal_loop(tool: Callable[[str], str]) -> Callable[[int], str]:
 def python_sum(arguments: str) -> str:
     args = json.loads(arguments)
     return f'{{"sum":{args["a"] + args["b"]}}}'
-
-
-class RawWasmSum:
-    """The wasm `sum` tool called the cheapest way wasmtime allows (no checks)."""
-
-    def __init__(self, guest: LiveGuest) -> None:
-        func = guest.run.tool_function(SUM)
-        assert func is not None
-        self.func = func
-        memory = guest.exports["memory"]
-        assert isinstance(memory, wasmtime.Memory)
-        self.span = _native.MemorySpan(guest.store, memory)
-
-    def __call__(self, arguments: str) -> str:
-        data = arguments.encode()
-        out_ptr = (ARENA_PTR + len(data) + 1 + 7) & ~7
-        len_ptr = ARENA_PTR + ARENA_LEN - 8
-        base, _ = self.span()
-        ctypes.memmove(base + ARENA_PTR, data + b"\0", len(data) + 1)
-        ctypes.c_uint32.from_address(base + len_ptr).value = len_ptr - out_ptr
-        self.func.call_i32(ARENA_PTR, len(data), out_ptr, len_ptr)
-        base, _ = self.span()
-        length = ctypes.c_uint32.from_address(base + len_ptr).value
-        return ctypes.string_at(base + out_ptr, length).decode()
 
 
 class SpearLoop:
@@ -110,7 +83,7 @@ class SpearLoop:
 def run(quick: bool) -> list[Row]:
     repeats = 7 if quick else 25
     spear = SpearLoop()
-    raw_sum = RawWasmSum(spear.guest)
+    raw_sum = RawToolCall(spear.guest, SUM)
     runners: dict[str, Callable[[int], str]] = {
         "spearpy": spear.run,
         "minimal loop + wasm tool": minimal_loop(raw_sum),

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import wasmtime
 
-from spearpy import _native, abi
+from spearpy import abi
 from spearpy.host import Host
-from spearpy.instance import GuestRun, RunOptions
+from spearpy.testing.instance import LiveInstance
 
 WAT_DIR = Path(__file__).parent / "wat"
 
@@ -24,27 +23,14 @@ def wat_module(name: str, replace: dict[str, str] | None = None) -> bytes:
     return bytes(wasmtime.wat2wasm(text))
 
 
-class Probe:
+class Probe(LiveInstance):
     """One instantiated guest whose exports tests call as if they were the guest."""
 
     # Scratch areas in guest memory (the probe's memory is 4 pages; heap at 128 KiB).
     A, B, C, D = 1024, 8192, 16384, 65536
 
     def __init__(self, host: Host, wasm: bytes) -> None:
-        self.run = GuestRun(host, host.load(wasm), RunOptions(capture_output=True))
-        self._scratch = tempfile.TemporaryDirectory()
-        self.instance = self.run.instantiate(Path(self._scratch.name))
-        self.store = self.run.store
-        self.exports = self.instance.exports(self.store)
-
-    def call(self, name: str, *args: int) -> Any:
-        func = self.exports[name]
-        assert isinstance(func, wasmtime.Func)
-        previous = _native.enter_run(self.run)
-        try:
-            return func(self.store, *args)
-        finally:
-            _native.enter_run(previous)
+        super().__init__(host, host.load(wasm))
 
     def hc(self, name: str, *args: int) -> Any:
         return self.call(f"p_{name}", *args)
@@ -90,9 +76,6 @@ class Probe:
         value: dict[str, Any] = json.loads(body)
         return value
 
-    def close(self) -> None:
-        self.run.close_all_sessions()
-        self._scratch.cleanup()
 
 
 def tool_schema(name: str, properties: dict[str, Any] | None = None) -> dict[str, Any]:
