@@ -4,7 +4,7 @@ The driver asks `next_action()` what to do, performs it (HTTP, a guest call)
 and feeds the result back with `on_completion` / `on_tool_result`. The loop
 never does I/O itself, so every policy here is testable with plain data.
 
-Like h11, the legal state changes live in one explicit table, and anything
+Like h11, the legal state changes live in one explicit table (states.py), and anything
 that ends the send moves the machine into a terminal state in one step: the
 session is left with every tool call of its last assistant message answered
 (auto sends), the final Done/Failed action is fixed, and metrics are written.
@@ -16,7 +16,6 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from typing import Final, NoReturn
 
 from spearpy import _json, abi
@@ -39,6 +38,7 @@ from spearpy.chat.protocol import (
 )
 from spearpy.chat.registry import Tool
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
+from spearpy.chat.states import LoopEvent, LoopProtocolError, LoopState, next_state
 
 CACHE_HIT: Final = "cache_hit"
 UPSTREAM_BAD_RESPONSE: Final = "upstream_bad_response"
@@ -59,44 +59,6 @@ LOOP_ERROR_CODES: Final = frozenset(
 )
 
 _MAX_NAME_IN_MESSAGE = 80
-
-
-class LoopState(Enum):
-    THINKING = "thinking"  # the next step is (or awaits) a completion
-    ACTING = "acting"  # tool calls of the last reply are being answered
-    COMPLETED = "completed"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-
-
-class _Event(Enum):
-    CALLS_RECEIVED = "calls_received"
-    CALLS_ANSWERED = "calls_answered"
-    FINISHED = "finished"
-    FAIL = "fail"
-    INTERRUPT = "interrupt"
-
-
-_TRANSITIONS: Final[dict[LoopState, dict[_Event, LoopState]]] = {
-    LoopState.THINKING: {
-        _Event.CALLS_RECEIVED: LoopState.ACTING,
-        _Event.FINISHED: LoopState.COMPLETED,
-        _Event.FAIL: LoopState.FAILED,
-        _Event.INTERRUPT: LoopState.INTERRUPTED,
-    },
-    LoopState.ACTING: {
-        _Event.CALLS_ANSWERED: LoopState.THINKING,
-        _Event.FAIL: LoopState.FAILED,
-        _Event.INTERRUPT: LoopState.INTERRUPTED,
-    },
-    LoopState.COMPLETED: {},
-    LoopState.FAILED: {},
-    LoopState.INTERRUPTED: {},
-}
-
-
-class LoopProtocolError(RuntimeError):
-    """The driver broke the protocol (a result nobody asked for, a reused loop)."""
 
 
 class ToolLoop:
@@ -198,7 +160,7 @@ class ToolLoop:
         for call in self.session.answer_pending(code, message):
             self._notes.append(ToolSkipped(call=call, code=code, message=message))
         failed = Failed(self._error_body(code, message))
-        self._end(failed, _Event.INTERRUPT)
+        self._end(failed, LoopEvent.INTERRUPT)
         return failed
 
     @property
@@ -241,7 +203,7 @@ class ToolLoop:
             )
             return
         self._queue = deque(calls)
-        self._transition(_Event.CALLS_RECEIVED)
+        self._transition(LoopEvent.CALLS_RECEIVED)
 
     def _advance_calls(self) -> CallTool | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
@@ -278,7 +240,7 @@ class ToolLoop:
             action = CallTool(call=call, fn_offset=tool.fn_offset, arguments=call.arguments)
             self._awaiting = action
             return action
-        self._transition(_Event.CALLS_ANSWERED)
+        self._transition(LoopEvent.CALLS_ANSWERED)
         return None
 
     def _skip(self, call: ToolCall, code: str, message: str) -> bool:
@@ -345,12 +307,12 @@ class ToolLoop:
             self._notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
 
     def _finish(self, body: JSONDict) -> None:
-        self._end(Done(self._done_body(body)), _Event.FINISHED)
+        self._end(Done(self._done_body(body)), LoopEvent.FINISHED)
 
     def _fail(self, code: str, message: str, *, status: int | None = None) -> None:
-        self._end(Failed(self._error_body(code, message, status)), _Event.FAIL)
+        self._end(Failed(self._error_body(code, message, status)), LoopEvent.FAIL)
 
-    def _end(self, final: Done | Failed, event: _Event) -> None:
+    def _end(self, final: Done | Failed, event: LoopEvent) -> None:
         self._transition(event)
         self._final = final
         spear = final.body["_spear"]
@@ -373,13 +335,8 @@ class ToolLoop:
             self._fail(INTERNAL_ERROR, message)
         raise LoopProtocolError(message)
 
-    def _transition(self, event: _Event) -> None:
-        try:
-            self.state = _TRANSITIONS[self.state][event]
-        except KeyError:
-            raise LoopProtocolError(
-                f"no transition for {event.value} in {self.state.value}"
-            ) from None
+    def _transition(self, event: LoopEvent) -> None:
+        self.state = next_state(self.state, event)
 
     # ---- bodies --------------------------------------------------------------
 
