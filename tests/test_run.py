@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import wasmtime
 
 from spearpy.errors import ModuleLoadError
 from tests.probe import wat_module
@@ -129,6 +130,35 @@ def test_a_file_that_is_not_wasm_is_named_as_such(tmp_path: Path) -> None:
     truncated.write_bytes(b"\0asm\1\0\0\0\5")
     done = _cli("run", "--no-cache", str(truncated))
     assert done.returncode == 65 and "not a valid wasm binary:" in done.stderr
+
+
+CAT = wasmtime.wat2wasm("""(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64)) (i32.store (i32.const 4) (i32.const 1024))
+    (drop (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (i32.store (i32.const 4) (i32.load (i32.const 8)))
+    (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
+
+
+def test_cli_stdin_is_given_only_when_asked(tmp_path: Path) -> None:
+    wasm = tmp_path / "cat.wasm"
+    wasm.write_bytes(CAT)
+    piped = subprocess.run([sys.executable, "-m", "spearpy", "run", "-q", "--no-cache",
+                            "--stdin", "-", str(wasm)], input="from the pipe", capture_output=True,
+                           text=True, timeout=120)
+    assert (piped.returncode, piped.stdout) == (0, "from the pipe"), piped.stderr
+    source = tmp_path / "in.txt"
+    source.write_text("from a file")
+    done = _cli("run", "-q", "--no-cache", "--stdin", str(source), str(wasm))
+    assert done.stdout == "from a file"
+    # Without --stdin the guest reads nothing, even with data waiting on ours.
+    unasked = subprocess.run([sys.executable, "-m", "spearpy", "run", "-q", "--no-cache",
+                              str(wasm)], input="not for the guest", capture_output=True,
+                             text=True, timeout=120)
+    assert (unasked.returncode, unasked.stdout) == (0, "")
 
 
 def test_a_bad_setting_names_its_flag_or_variable(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -54,18 +54,25 @@ def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
 @click.option("--env-inherit", is_flag=True, help="give the guest this process's environment")
 @click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
 @click.option("--invoke", default=None, help="call this export instead of _start")
+@click.option("--stdin", "stdin_file", type=click.File("rb"),
+              help="what the guest reads on fd 0: FILE, or - for this process's stdin, read "
+                   "whole before the run [default: nothing]")
 @host_options
 @observe_options
 def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], env_inherit: bool,
-        dir_specs: tuple[str, ...], invoke: str | None, **options: Any) -> None:
+        dir_specs: tuple[str, ...], invoke: str | None, stdin_file: BinaryIO | None,
+        **options: Any) -> None:
     """Run MODULE; arguments after `--` go to the guest."""
     env = _parse_env(env_pairs)
     dirs = _parse_dirs(dir_specs)
+    # Opt-in, never inherited: a caller whose stdin is a pipe nobody closes
+    # (a CI runner, a service manager) must not hang every run.
+    stdin = stdin_file.read() if stdin_file is not None else None
     observe = pop_observe_options(options)
     host = host_from_options(options)
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs:
-            result = host.run(module, list(guest_args), env=env or None,
+            result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
                               capture_output=False, on_event=obs.sink,
                               on_guest_log=_guest_log_sink(observe))
