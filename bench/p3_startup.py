@@ -4,6 +4,7 @@ wasmtime"`; and compiling a large module vs loading it from the disk cache."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import subprocess
@@ -54,6 +55,10 @@ def run(quick: bool) -> list[Row]:
         return [Row("P3.run.warm_vs_import", "P3", "spearpy run c_hello (warm cache)",
                     "python -c 'import wasmtime'", "ms",
                     note=f"{HELLO} is missing (tools/build_wasm.sh builds it)")]
+    # Measure spearpy as installed, with its bytecode compiled (pip does that
+    # for a regular install; an editable one under PYTHONDONTWRITEBYTECODE
+    # would compile every module in every timed process).
+    compileall.compile_dir(ROOT / "spearpy", quiet=1)
     series = {name: Series() for name in ("import", "warm", "cold")}
     with tempfile.TemporaryDirectory(prefix="spearpy-bench-") as tmp:
         env = dict(os.environ, SPEARPY_CACHE_DIR=str(Path(tmp) / "warm"))
