@@ -54,3 +54,22 @@ def test_agrees_with_json_loads_on_ordinary_documents(value: object) -> None:
     text = json.dumps(value)
     assert _json.loads(text) == json.loads(text)
     assert _json.loads(text.encode()) == json.loads(text)
+
+
+@given(st.integers(0, 100), st.integers(0, 100), st.text(alphabet='[]{}"\\ab', max_size=20))
+def test_refuses_exactly_what_is_too_deep(outer: int, inner: int, noise: str) -> None:
+    """Brackets inside strings never count; the deepest branch decides."""
+    def nest(depth: int, leaf: object) -> object:
+        for level in range(depth):
+            leaf = [leaf] if level % 2 else {"k": leaf, "s": noise}
+        return leaf
+
+    value = [nest(outer, noise), nest(inner, 1)]
+    text = json.dumps(value)
+    deepest = 1 + max(outer, inner)
+    for raw in (text, text.encode()):
+        if deepest > _json.MAX_JSON_DEPTH:
+            with pytest.raises(json.JSONDecodeError, match="nested deeper"):
+                _json.loads(raw)
+        else:
+            assert _json.loads(raw) == json.loads(text)
