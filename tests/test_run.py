@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,25 @@ def test_cli_stdin_is_given_only_when_asked(tmp_path: Path) -> None:
                               str(wasm)], input="not for the guest", capture_output=True,
                              text=True, timeout=120)
     assert (unasked.returncode, unasked.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_cancels_a_spinning_guest(sig: signal.Signals) -> None:
+    """Python's KeyboardInterrupt never reaches a thread running wasm: without
+    spearpy's handler, Ctrl-C left `spearpy run` of a spinning guest running."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "spearpy", "run", "--no-cache",
+                             str(root / "wasm-samples" / "c_infinite_loop.wasm")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "spinning forever\n"  # the guest is in its loop
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=60)  # a hang guard, not a timing assertion
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert f"{sig.name}: stopping the guest" in err and "cancelled" in err
 
 
 def test_a_bad_setting_names_its_flag_or_variable(tmp_path: Path) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -35,6 +40,33 @@ def _parse_dirs(specs: tuple[str, ...]) -> list[tuple[str, str]]:
             raise click.BadParameter(f"{host_path!r} is not a directory", param_hint="--dir")
         dirs.append((host_path, guest_path or host_path))
     return dirs
+
+
+@contextlib.contextmanager
+def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl-C or SIGTERM cancels the run: the guest stops at its next epoch
+    tick (or wait) and the run ends as `cancelled`, transcripts and metrics
+    written. Python's default would raise KeyboardInterrupt, which never
+    reaches a thread running wasm: it is swallowed in the next hostcall. A
+    second signal exits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            os._exit(exit_code_for("cancelled"))
+        cancel.set()
+        name = signal.Signals(signum).name
+        click.echo(f"spearpy: {name}: stopping the guest ({name} again to quit at once)",
+                   err=True)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
@@ -70,11 +102,13 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     stdin = stdin_file.read() if stdin_file is not None else None
     observe = pop_observe_options(options)
     host = host_from_options(options)
+    cancel = threading.Event()
     try:
-        with Observability(observe, api_key_envs=host.key_envs()) as obs:
+        with Observability(observe, api_key_envs=host.key_envs()) as obs, \
+                _cancel_on_signals(cancel):
             result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
-                              capture_output=False, on_event=obs.sink,
+                              capture_output=False, on_event=obs.sink, cancel=cancel,
                               on_guest_log=_guest_log_sink(observe))
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
