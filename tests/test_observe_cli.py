@@ -209,3 +209,16 @@ def test_otel_spans_file(tmp_path: Path) -> None:
                      "invoke_agent agent.wasm": 1, "spearpy.run agent.wasm": 1}
     assert len({span["context"]["trace_id"] for span in spans}) == 1
     assert ran["secret"] not in (out / "spans.jsonl").read_text()
+
+
+@pytest.mark.parametrize("flag", ["--events", "--transcript", "--metrics-file", "--log-file"])
+def test_an_unwritable_output_path_is_refused_before_the_run(tmp_path: Path, flag: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    hello = ROOT / "wasm-samples" / "c_hello.wasm"
+    done = subprocess.run([sys.executable, "-m", "spearpy", "run", "--no-cache", flag,
+                           str(blocker / "sub" / "out"), str(hello)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert str(blocker) in done.stderr and "Traceback" not in done.stderr
+    assert "hello from C" not in done.stdout  # refused before the guest ran

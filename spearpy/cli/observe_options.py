@@ -91,8 +91,10 @@ class Observability:
         self._metrics_file: str | None = opts.get("metrics_file")
         try:
             self._setup(opts)
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            if isinstance(exc, OSError):  # an events, transcript, log or spans path
+                raise click.UsageError(_os_problem(exc)) from exc
             raise
 
     def _setup(self, opts: dict[str, Any]) -> None:
@@ -111,6 +113,9 @@ class Observability:
             self.sink.add(TranscriptWriter(
                 opts["transcript_dir"], max_tool_bytes=opts.get("transcript_max_tool_bytes"),
                 redactor=Redactor.from_env(self._key_envs, patterns=False)))
+        if opts.get("metrics_file"):
+            # Refuse a path that cannot exist before the run, not after it.
+            Path(opts["metrics_file"]).parent.mkdir(parents=True, exist_ok=True)
         if opts.get("metrics_file") or opts.get("metrics_port") is not None:
             from spearpy.observe.metrics import Metrics
 
@@ -195,15 +200,23 @@ class Observability:
         return list(self.sink.sinks)
 
     def close(self) -> None:
-        if self.metrics is not None and self._metrics_file:
-            path = Path(self._metrics_file)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.metrics.write_textfile(path)
-            self._metrics_file = None
-        self._stack.close()
+        try:
+            if self.metrics is not None and self._metrics_file:
+                path, self._metrics_file = Path(self._metrics_file), None
+                self.metrics.write_textfile(path)
+        except OSError as exc:
+            # The run is over and its exit code stands; say what was not written.
+            print(f"spearpy: metrics file not written: {_os_problem(exc)}", file=self._stderr)
+        finally:
+            self._stack.close()
 
     def __enter__(self) -> Observability:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _os_problem(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
