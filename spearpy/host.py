@@ -244,6 +244,7 @@ class Host:
         `log` calls instead of stderr (e.g. to keep a JSON log stream JSON)."""
         if self._closed:
             raise RuntimeError("this Host is closed")
+        _check_strings(argv, env)
         loaded = self.load(module)
         collected: list[Event] = []
         sinks: list[EventSink] = []
@@ -323,3 +324,19 @@ def _check_imports(module: wasmtime.Module) -> None:
             raise ModuleLoadError(
                 f"the module imports {item.module}.{item.name}; spearpy provides only the "
                 "`spear` module and WASI preview 1")
+
+
+def _check_strings(argv: list[str] | tuple[str, ...], env: dict[str, str] | None) -> None:
+    """WASI passes argv and env as C strings: say which entry is not one
+    (wasmtime-py would fail deep inside with an AttributeError)."""
+    pairs = [("argv", repr(arg), arg) for arg in argv]
+    pairs += [("env", f"{key!r}: {value!r}", item) for key, value in (env or {}).items()
+              for item in (key, value)]
+    for where, shown, item in pairs:
+        if not isinstance(item, str):
+            raise TypeError(f"{where} entries must be str: {shown}")
+        if "\0" in item:
+            raise ValueError(f"{where} entries cannot contain NUL: {shown}")
+    for key in env or {}:
+        if not key or "=" in key:
+            raise ValueError(f"env names must be non-empty and without '=': {key!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from tests.test_embed_support import (
 )
 
 THREADS = 32
+HELLO = Path(__file__).resolve().parents[1] / "wasm-samples" / "c_hello.wasm"
 
 
 def _barrier_script(parties: int) -> dict[str, Any]:
@@ -247,3 +249,18 @@ def test_host_config_or_shorthand_fields() -> None:
         assert a.config == b.config
         with Host(config, timeout=7) as c:
             assert c.config.timeout == 7 and c.config.model == "m"
+
+
+@pytest.mark.parametrize(("kwargs", "error", "says"), [
+    ({"argv": ["ok", 3]}, TypeError, "argv entries must be str: 3"),
+    ({"env": {"A": 1}}, TypeError, "env entries must be str: 'A': 1"),
+    ({"argv": ["a\0b"]}, ValueError, "cannot contain NUL"),
+    ({"env": {"K=V": "x"}}, ValueError, "without '='"),
+    ({"env": {"": "x"}}, ValueError, "non-empty"),
+])
+def test_argv_and_env_are_checked_before_the_run(make_host: Any, kwargs: dict[str, Any],
+                                                 error: type[Exception], says: str) -> None:
+    events: list[Any] = []
+    with pytest.raises(error, match=re.escape(says)):
+        make_host().run(HELLO, on_event=events.append, **kwargs)
+    assert events == []  # nothing started
