@@ -244,7 +244,7 @@ class Host:
         `log` calls instead of stderr (e.g. to keep a JSON log stream JSON)."""
         if self._closed:
             raise RuntimeError("this Host is closed")
-        _check_strings(argv, env)
+        _check_run_inputs(argv, env, dirs)
         loaded = self.load(module)
         collected: list[Event] = []
         sinks: list[EventSink] = []
@@ -326,9 +326,15 @@ def _check_imports(module: wasmtime.Module) -> None:
                 "`spear` module and WASI preview 1")
 
 
-def _check_strings(argv: list[str] | tuple[str, ...], env: dict[str, str] | None) -> None:
-    """WASI passes argv and env as C strings: say which entry is not one
-    (wasmtime-py would fail deep inside with an AttributeError)."""
+def _check_run_inputs(argv: list[str] | tuple[str, ...], env: dict[str, str] | None,
+                      dirs: list[tuple[str, str]] | None) -> None:
+    """Say which argument is wrong before the run starts. WASI passes argv and
+    env as C strings (wasmtime-py would fail deep inside with an
+    AttributeError), and a missing preopen directory would end the run as a
+    trap that only says "failed to add preopen dir"."""
+    for host_path, _guest_path in dirs or ():
+        if not os.path.isdir(host_path):
+            raise ValueError(f"dirs: {host_path!r} is not a directory")
     pairs = [("argv", repr(arg), arg) for arg in argv]
     pairs += [("env", f"{key!r}: {value!r}", item) for key, value in (env or {}).items()
               for item in (key, value)]

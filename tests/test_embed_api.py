@@ -257,8 +257,9 @@ def test_host_config_or_shorthand_fields() -> None:
     ({"argv": ["a\0b"]}, ValueError, "cannot contain NUL"),
     ({"env": {"K=V": "x"}}, ValueError, "without '='"),
     ({"env": {"": "x"}}, ValueError, "non-empty"),
+    ({"dirs": [("/nonexistent-dir", "/data")]}, ValueError, "'/nonexistent-dir' is not a dir"),
 ])
-def test_argv_and_env_are_checked_before_the_run(make_host: Any, kwargs: dict[str, Any],
+def test_argv_env_and_dirs_are_checked_before_the_run(make_host: Any, kwargs: dict[str, Any],
                                                  error: type[Exception], says: str) -> None:
     events: list[Any] = []
     with pytest.raises(error, match=re.escape(says)):
