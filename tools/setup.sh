@@ -50,4 +50,4 @@ EXTRAS="dev,otel"
 # regular install), and where PYTHONDONTWRITEBYTECODE is set Python never
 # caches them either: every `spearpy run` would compile all of them again
 # (~50 ms of a ~300 ms start). Python ignores a .pyc whose source changed.
-.venv/bin/python -m compileall -q spearpy >/dev/null
+.venv/bin/python -m compileall -q spearpy
