@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from spearpy.host import Host
+from spearpy.instance import GuestRun
 from spearpy.testing import Script, ScriptedServer
 from tests.probe import Probe, wat_module
 
@@ -62,3 +63,23 @@ def probe(make_host: Any) -> Iterator[Any]:
     yield make
     for p in probes:
         p.close()
+
+
+@pytest.fixture
+def host_bugs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Host bugs reported by runs (`GuestRun.note_host_bug`: the hostcall that
+    hit one answers EIO and logs it), recorded here instead of logged."""
+    bugs: list[str] = []
+
+    def record(_run: GuestRun, where: str, exc: BaseException) -> None:
+        bugs.append(f"{where}: {type(exc).__name__}: {exc}")
+
+    monkeypatch.setattr(GuestRun, "note_host_bug", record)
+    yield bugs
+
+
+@pytest.fixture
+def no_host_bugs(host_bugs: list[str]) -> Iterator[None]:
+    """Fails the test if any hostcall hit a host bug."""
+    yield
+    assert host_bugs == []

@@ -36,7 +36,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from spearpy import abi
 from spearpy.fdtable import FdKind
 from spearpy.host import Host
-from spearpy.instance import GuestRun
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript
@@ -425,17 +424,6 @@ def fuzz_host() -> Iterator[Host]:
                     max_iterations=4)
         yield host
         host.close()
-
-
-@pytest.fixture
-def host_bugs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    bugs: list[str] = []
-
-    def record(_run: GuestRun, where: str, exc: BaseException) -> None:
-        bugs.append(f"{where}: {type(exc).__name__}: {exc}")
-
-    monkeypatch.setattr(GuestRun, "note_host_bug", record)
-    yield bugs
 
 
 def _run(host: Host, bugs: list[str], examples: int, steps: int) -> None:

@@ -31,11 +31,12 @@ from spearpy import abi
 from spearpy.capture import MAX_CAPTURE_BYTES
 from spearpy.fdtable import FdKind
 from spearpy.host import Host
-from spearpy.instance import GuestRun
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript
 
+# A hostcall that hits a host bug answers EIO and logs; here it fails the test.
+pytestmark = pytest.mark.usefixtures("no_host_bugs")
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "wasm-samples"
 SCRIPTS = SAMPLES / "scripts"
@@ -84,19 +85,6 @@ def host(upstream: ScriptedServer) -> Iterator[Host]:
     h = Host(base_url=upstream.base_url, model="scripted", max_retries=0, cache_dir=None)
     yield h
     h.close()
-
-
-@pytest.fixture(autouse=True)
-def no_host_bugs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """A hostcall that hits a host bug answers EIO and logs; here it fails the test."""
-    bugs: list[str] = []
-
-    def record(_run: GuestRun, where: str, exc: BaseException) -> None:
-        bugs.append(f"{where}: {type(exc).__name__}: {exc}")
-
-    monkeypatch.setattr(GuestRun, "note_host_bug", record)
-    yield bugs
-    assert bugs == []
 
 
 @contextmanager

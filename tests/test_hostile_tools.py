@@ -27,22 +27,11 @@ from tests.probe import Probe, tool_schema, wat_module
 from tests.test_hostile_guest import HANG_GUARD_S, neighbour_running, routed_script
 from tests.test_hostile_upstream import assert_valid_transcript
 
-LOG_HOST_BUG = GuestRun.note_host_bug  # before the autouse fixture replaces it
+# A hostcall that hits a host bug answers EIO and logs; here it fails the test.
+pytestmark = pytest.mark.usefixtures("no_host_bugs")
+LOG_HOST_BUG = GuestRun.note_host_bug  # before no_host_bugs replaces it
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = wat_module("hostile_tools.wat")
-
-
-@pytest.fixture(autouse=True)
-def no_host_bugs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """A hostcall that hits a host bug answers EIO and logs; here it fails the test."""
-    bugs: list[str] = []
-
-    def record(_run: GuestRun, where: str, exc: BaseException) -> None:
-        bugs.append(f"{where}: {type(exc).__name__}: {exc}")
-
-    monkeypatch.setattr(GuestRun, "note_host_bug", record)
-    yield bugs
-    assert bugs == []
 
 
 @pytest.fixture(scope="module")
