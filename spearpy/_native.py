@@ -10,6 +10,7 @@ record of why it interrupted the guest.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 import threading
@@ -114,20 +115,23 @@ def _make_callback(
     size = params.size
 
     def callback(_env: int | None, _caller: int | None, raw: int, _n: int) -> int:
-        run: GuestRun = _current.run
         try:
-            value = fn(run, *params.unpack(ctypes.string_at(raw, size))) if size else fn(run)
-        except HostInterrupt as interrupt:
-            run.note_interrupt(interrupt.outcome, interrupt.message)
-            return trap_pointer(interrupt.message)
+            run: GuestRun = _current.run
+            try:
+                value = fn(run, *params.unpack(ctypes.string_at(raw, size))) if size else fn(run)
+            except HostInterrupt as interrupt:
+                run.note_interrupt(interrupt.outcome, interrupt.message)
+                return trap_pointer(interrupt.message)
+            except BaseException as exc:
+                run.note_host_bug(name, exc)
+                value = on_error
+            if result == I32:
+                _I32_AT(raw).value = value if value is not None else 0
+            elif result == I64:
+                _I64_AT(raw).value = value if value is not None else 0
+            return 0
         except BaseException as exc:
-            run.note_host_bug(name, exc)
-            value = on_error
-        if result == I32:
-            _I32_AT(raw).value = value if value is not None else 0
-        elif result == I64:
-            _I64_AT(raw).value = value if value is not None else 0
-        return 0
+            return trap_pointer(_escaped(f"hostcall {name}", exc))
 
     return _CALLBACK_T(callback)
 
@@ -255,18 +259,37 @@ def _on_epoch_deadline(_ctx: Any, _env: Any, delta: Any, kind: Any) -> int:
     The run decides whether to continue (deadline not reached, not cancelled):
     wasm code cannot be interrupted from another thread any other way.
     """
-    run: GuestRun | None = getattr(_current, "run", None)
-    reason = run.interrupt_reason() if run is not None else None
-    if reason is None:
-        delta[0] = 1
-        kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
-        return 0
-    assert run is not None
-    run.note_interrupt(reason[0], reason[1])
-    raw = reason[1].encode()
-    err = ffi.wasmtime_error_new(ctypes.c_char_p(raw))
+    try:
+        run: GuestRun | None = getattr(_current, "run", None)
+        reason = run.interrupt_reason() if run is not None else None
+        if reason is None:
+            delta[0] = 1
+            kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+            return 0
+        assert run is not None
+        run.note_interrupt(reason[0], reason[1])
+        return _error_pointer(reason[1])
+    except BaseException as exc:
+        return _error_pointer(_escaped("the epoch deadline check", exc))
+
+
+def _error_pointer(message: str) -> int:
+    err = ffi.wasmtime_error_new(ctypes.c_char_p(message.encode()))
     value: int = ctypes.cast(err, ctypes.c_void_p).value or 0
     return value
+
+
+def _escaped(where: str, exc: BaseException) -> str:
+    """Note a failure that reached the top of a C callback; the message of the
+    trap that ends the guest instead. An exception must never leave a ctypes
+    callback: ctypes only prints it and hands wasmtime an undefined result
+    (for the epoch callback, an uninitialised deadline update), which crashed
+    the process."""
+    with contextlib.suppress(BaseException):
+        run: GuestRun | None = getattr(_current, "run", None)
+        if run is not None:
+            run.note_host_bug(where, exc)
+    return f"spearpy host error in {where}: {type(exc).__name__}"
 
 
 _DEADLINE_CB = _DEADLINE_CB_T(_on_epoch_deadline)

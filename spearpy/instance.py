@@ -117,10 +117,10 @@ class GuestRun:
             return ("cancelled", "the run was cancelled")
         now = time.monotonic()
         if self.deadline is not None and now >= self.deadline:
-            return ("timeout", f"the run exceeded its {self.config.timeout:g} s deadline")
+            return ("timeout", f"the run exceeded its {_seconds(self.config.timeout)}deadline")
         if self.tool_deadline is not None and now >= self.tool_deadline:
             return ("tool_timeout",
-                    f"the tool exceeded its {self.config.tool_timeout:g} s deadline")
+                    f"the tool exceeded its {_seconds(self.config.tool_timeout)}deadline")
         return None
 
     def run_interrupt(self) -> tuple[str, str] | None:
@@ -372,3 +372,9 @@ class GuestRun:
             if entry.kind is FdKind.CHAT_SESSION:
                 self.session_closed(entry.obj)
                 self.fds.close(fd)
+
+
+def _seconds(limit: float | None) -> str:
+    # A deadline set without its configured limit (an embedder or a test
+    # setting `deadline` directly) still gets a message, never a crash.
+    return f"{limit:g} s " if limit is not None else ""

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,37 @@ def test_a_signal_cancels_a_spinning_guest(sig: signal.Signals) -> None:
     assert f"{sig.name}: stopping the guest" in err and "cancelled" in err
 
 
+_BROKEN_DEADLINE_CHECK = """
+import sys
+from spearpy import Host
+from spearpy.instance import GuestRun
+
+def broken(self):
+    raise RuntimeError("broken check")
+
+bugs = []
+GuestRun.interrupt_reason = broken
+GuestRun.note_host_bug = lambda self, where, exc: bugs.append(f"{where}: {exc}")
+result = Host(cache_dir=None).run(sys.argv[1])
+print(result.outcome, "|", result.message, "|", bugs)
+"""
+
+
+def test_a_failing_deadline_check_ends_the_run_instead_of_the_process() -> None:
+    """An exception inside wasmtime's epoch callback used to reach ctypes, which
+    handed wasmtime an uninitialised deadline update: a segfault. In a
+    subprocess, so that a regression fails this test instead of the suite."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _BROKEN_DEADLINE_CHECK,
+                           str(root / "wasm-samples" / "c_infinite_loop.wasm")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    outcome, message, bugs = done.stdout.strip().split(" | ")
+    assert outcome == "trap"
+    assert "spearpy host error in the epoch deadline check: RuntimeError" in message
+    assert "the epoch deadline check: broken check" in bugs
+
+
 def test_a_bad_setting_names_its_flag_or_variable(tmp_path: Path) -> None:
     import os
 
@@ -206,3 +238,13 @@ def test_json_logs_stay_json_with_guest_log_lines() -> None:
     guest = [line for line in lines if line.get("source") == "guest"]
     assert guest and all(line["run_id"] == lines[0]["run_id"] for line in guest)
     assert "[info]" not in done.stderr
+
+
+def test_a_deadline_set_without_its_configured_limit_is_still_named(probe: Any) -> None:
+    # The fuzz suite sets `deadline` directly; formatting the missing limit
+    # used to raise inside the deadline check (see the test above).
+    p = probe()
+    p.run.deadline = time.monotonic() - 1
+    assert p.run.interrupt_reason() == ("timeout", "the run exceeded its deadline")
+    p.run.deadline, p.run.tool_deadline = None, time.monotonic() - 1
+    assert p.run.interrupt_reason() == ("tool_timeout", "the tool exceeded its deadline")
