@@ -52,6 +52,11 @@ class LoadedModule:
     from_disk_cache: bool = False
 
 
+# How long close() waits for cancelled runs to end before closing the backends
+# (which also ends a run still waiting on an upstream answer).
+CLOSE_GRACE_S = 5.0
+
+
 class _EpochTicker:
     def __init__(self, engine: wasmtime.Engine) -> None:
         self._engine = engine
@@ -99,6 +104,8 @@ class Host:
         self._catalog = BackendCatalog.from_config(config)
         self._ticker = _EpochTicker(self.engine)
         self._closed = False
+        self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
+        self._idle = threading.Condition(self._lock)
 
     # ---- modules -----------------------------------------------------------
 
@@ -258,7 +265,19 @@ class Host:
             invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
             limits=dict(limits) if limits else None, guest_log=on_guest_log,
         )
-        result = GuestRun(self, loaded, options).execute()
+        run = GuestRun(self, loaded, options)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this Host is closed")
+            self._active.add(run)
+        try:
+            result = run.execute()
+        finally:
+            with self._lock:
+                self._active.discard(run)
+                self._idle.notify_all()
+                if self._closed and not self._active:
+                    self._ticker.stop()  # close() left it running for this run
         if collect_events:
             return _with_events(result, collected)
         return result
@@ -287,9 +306,19 @@ class Host:
             "messages": list(session.messages),
         }
 
-    def close(self) -> None:
-        self._closed = True
-        self._ticker.stop()
+    def close(self, grace: float = CLOSE_GRACE_S) -> None:
+        """Cancel the runs still in progress, give them `grace` seconds to end,
+        then close the backends. The epoch ticker is what stops running wasm,
+        so it keeps going until the last run has ended: stopping it first left
+        a spinning guest beyond any deadline or cancel."""
+        with self._lock:
+            self._closed = True
+            for run in self._active:
+                run.note_interrupt("cancelled", "the Host was closed during the run")
+                run.cancel_event.set()
+            self._idle.wait_for(lambda: not self._active, timeout=grace)
+            if not self._active:
+                self._ticker.stop()
         with self._backend_lock:
             for backend in self._backends.values():
                 backend.close()

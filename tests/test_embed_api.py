@@ -265,3 +265,19 @@ def test_argv_env_and_dirs_are_checked_before_the_run(make_host: Any, kwargs: di
     with pytest.raises(error, match=re.escape(says)):
         make_host().run(HELLO, on_event=events.append, **kwargs)
     assert events == []  # nothing started
+
+
+@pytest.mark.parametrize("guest", [LOOP_WAT, SLEEP_WAT], ids=["spinning", "sleeping"])
+def test_closing_the_host_cancels_runs_in_progress(make_host: Any, guest: str) -> None:
+    """close() used to stop the epoch ticker first, and a spinning guest then
+    ran on beyond every deadline and cancel."""
+    host = make_host()
+    started = threading.Event()
+    handle = host.start(wat(guest), on_event=lambda e: e.kind == "run_start" and started.set())
+    assert started.wait(30)
+    host.close()
+    result = handle.result(timeout=60)  # a hang guard, not a timing assertion
+    assert (result.outcome, result.exit_code) == ("cancelled", 130)
+    assert result.message == "the Host was closed during the run"
+    with pytest.raises(RuntimeError, match="closed"):
+        host.run(wat(guest))
