@@ -85,6 +85,19 @@ def _failure(code: str, message: str, started: float, rc: int | None = None) -> 
 
 def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
               arena: tuple[int, int] | None) -> ToolOutcome:
+    """One tool call, under one tool deadline for all of it: spear_alloc,
+    every -28 retry and spear_free, so neither a spinning allocator nor a tool
+    that keeps asking for more room gets more than --tool-timeout."""
+    armed = run.arm_tool_deadline()
+    try:
+        return _call_tool(run, fn_offset, arguments, max_output, arena)
+    finally:
+        if armed:
+            run.tool_deadline = None
+
+
+def _call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
+               arena: tuple[int, int] | None) -> ToolOutcome:
     started = time.monotonic()
     func = run.tool_function(fn_offset)
     if func is None:
@@ -116,8 +129,8 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
             try:
                 run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,
                                           buffers.capacity)
-                rc = run.call_guest_tool(func, buffers.args_ptr, len(args), buffers.out_ptr,
-                                         buffers.len_ptr)
+                rc = func.call_i32(buffers.args_ptr, len(args), buffers.out_ptr,
+                                   buffers.len_ptr)
                 if rc == abi.ENOSPC:
                     needed = run.memory.read_u32(buffers.len_ptr)
                     if needed > max_output:

@@ -221,26 +221,15 @@ class GuestRun:
         return func
 
     def arm_tool_deadline(self) -> bool:
-        """Start one tool call's deadline; the caller resets `tool_deadline` to
-        None when the call ends, if this returned True. It covers the whole
-        call (spear_alloc, every -28 retry, spear_free), so neither a spinning
-        allocator nor a tool that keeps asking for more room gets more than
-        --tool-timeout; a nested call (a tool's own send running tools) keeps
-        the outer one (False). A plain try/finally, not a context manager:
-        this is on every tool call's path."""
+        """Start one tool call's deadline (guestcall.call_tool resets
+        `tool_deadline` when this returned True). A nested call (a tool's own
+        send running tools) keeps the outer one: False. A plain flag, not a
+        context manager: this is on every tool call's path."""
         timeout = self.config.tool_timeout
         if timeout is None or self.tool_deadline is not None:
             return False
         self.tool_deadline = time.monotonic() + timeout
         return True
-
-    def call_guest_tool(self, func: _native.RawFunc, *args: int) -> int:
-        armed = self.arm_tool_deadline()
-        try:
-            return func.call_i32(*args)
-        finally:
-            if armed:
-                self.tool_deadline = None
 
     # ---- lifecycle -------------------------------------------------------
 

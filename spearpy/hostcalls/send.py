@@ -140,13 +140,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 args_bytes=len(action.arguments.encode()), cached=False,
                                 iteration=loop.stats.iterations, executed=True,
                                 content={"arguments": action.arguments})
-            armed = run.arm_tool_deadline()
-            try:
-                outcome = call_tool(run, action.fn_offset, action.arguments,
-                                    limits.max_tool_output_bytes, arena)
-            finally:
-                if armed:
-                    run.tool_deadline = None
+            outcome = call_tool(run, action.fn_offset, action.arguments,
+                                limits.max_tool_output_bytes, arena)
             if observed:
                 run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name,
                                 rc=outcome.rc, duration_ms=round(outcome.duration_ms, 3),
