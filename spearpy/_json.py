@@ -37,9 +37,33 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, 0)
     if allow_nan:
-        return json.loads(raw)
-    # json.loads(..., parse_constant=...) builds a decoder per call (~3 us).
-    return _STRICT.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+        value = json.loads(raw)
+    else:
+        # json.loads(..., parse_constant=...) builds a decoder per call (~3 us).
+        value = _STRICT.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    if _may_hold_surrogates(raw):
+        value = _replace_lone_surrogates(value)
+    return value
+
+
+def _may_hold_surrogates(raw: str | bytes) -> bool:
+    if isinstance(raw, str):
+        return "\\ud" in raw or "\\uD" in raw
+    return b"\\ud" in raw or b"\\uD" in raw
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_replace_lone_surrogates(k): _replace_lone_surrogates(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_lone_surrogates(v) for v in value]
+    return value
 
 
 def _too_deep(raw: str | bytes) -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import wasmtime
 
 from spearpy import abi
+from spearpy._files import atomic_write
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
@@ -173,9 +174,9 @@ class Host:
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_bytes(compiled.serialize())
-                os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+                # A concurrent reader never sees half a file; the cache can be
+                # rebuilt, so it is not worth an fsync.
+                atomic_write(path, compiled.serialize(), durable=False)
             except OSError:
                 pass  # the cache is an optimisation; a read-only home must not fail runs
         return compiled, False

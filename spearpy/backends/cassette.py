@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from spearpy import _json
+from spearpy._files import atomic_write
 from spearpy.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -188,11 +189,9 @@ class CassetteWriter:
             return _json.loads(dumps(self._data))  # type: ignore[no-any-return]
 
     def _save(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(dumps(self._data), encoding="utf-8")
-            os.replace(tmp, self.path)  # readers never see half a cassette
+            atomic_write(self.path, dumps(self._data).encode("utf-8"))
         except OSError as exc:
             raise ConfigError(f"cannot write the cassette {str(self.path)!r}: "
                               f"{exc.strerror}") from exc

@@ -37,7 +37,7 @@ from spearpy.backends.retry import (
     status_is_retryable,
 )
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
-from spearpy.observe.redact import MIN_SECRET_LEN, REDACTED
+from spearpy.observe.scrub import SecretScrubber
 
 # A chat completion is a few KiB; 32 MiB is far past any honest answer and
 # stops a hostile upstream from filling the host's memory.
@@ -129,8 +129,8 @@ class HTTPBackend(abc.ABC):
         if key:
             self._headers.update(self.auth_headers(key))
         # An upstream (or a proxy in front of it) that echoes the key in a
-        # body would hand it to the guest; short keys would mangle text.
-        self._echo_guard = key.encode() if len(key) >= MIN_SECRET_LEN else b""
+        # body or an error would hand it to the guest, in any JSON spelling.
+        self._scrubber = SecretScrubber([key] if key else [])
 
     # ---- what a dialect supplies -------------------------------------------
 
@@ -228,7 +228,7 @@ class HTTPBackend(abc.ABC):
               server_delay: float | None = None) -> _Attempt:
         return _Attempt(
             CompletionResult(self.name, request.model,
-                             error=UpstreamError(code, message, status)),
+                             error=UpstreamError(code, self._scrubber.text(message), status)),
             retryable, server_delay,
         )
 
@@ -277,9 +277,7 @@ class HTTPBackend(abc.ABC):
             # Reset connections and truncated bodies: nothing usable arrived.
             return self._fail(request, "upstream_protocol_error",
                               f"{type(exc).__name__}: {_reason(exc)}", retryable=True)
-        if self._echo_guard and self._echo_guard in raw:
-            raw = bytearray(raw.replace(self._echo_guard, REDACTED.encode()))
-        return self._interpret(request, status, headers, bytes(raw))
+        return self._interpret(request, status, headers, self._scrubber.raw(bytes(raw)))
 
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes) -> _Attempt:
@@ -287,6 +285,10 @@ class HTTPBackend(abc.ABC):
             body: Any = _json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             body = None
+        if self._scrubber and (b"\\\\" in raw or b"\\u" in raw):
+            # Escapes the precise pass on the raw bytes may have missed (an
+            # escaped backslash before an escape) decode into these strings.
+            body = self._scrubber.value(body)
         if not 200 <= status < 300:
             message, code = error_details(body, raw)
             return self._fail(

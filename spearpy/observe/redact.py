@@ -17,12 +17,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-REDACTED = "[redacted]"
+from spearpy.observe.scrub import MIN_SECRET_LEN, REDACTED, SecretScrubber
+
+__all__ = ["MIN_SECRET_LEN", "REDACTED", "Redactor", "digest", "is_secret_key", "short_sha256"]
+
 # 12 hex digits = 48 bits: collisions among one run's tool calls are not a
 # concern, and a short hash keeps log lines readable (git shows 7-12).
 SHORT_HASH_LEN = 12
-# Shorter "secrets" would mangle ordinary text (an empty or "x" test key).
-MIN_SECRET_LEN = 8
 
 _SECRET_KEYS = frozenset({
     "authorization", "proxy-authorization", "proxy_authorization", "api_key", "api-key",
@@ -62,8 +63,7 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True) -> None:
         # patterns=False: only known secrets, for records that must stay
         # verbatim (transcripts) where a credential-shaped word may be legitimate.
-        self._secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN},
-                               key=len, reverse=True)
+        self._scrubber = SecretScrubber(secrets)
         self._patterns = _PATTERNS if patterns else ()
 
     @classmethod
@@ -76,14 +76,12 @@ class Redactor:
         return cls((os.environ.get(name, "") for name in wanted), patterns=patterns)
 
     def add(self, secret: str) -> None:
-        if len(secret) >= MIN_SECRET_LEN and secret not in self._secrets:
-            self._secrets.append(secret)
-            self._secrets.sort(key=len, reverse=True)
+        self._scrubber.add(secret)
 
     def text(self, value: str) -> str:
-        for secret in self._secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
+        # Known secrets in every escaped spelling first, so a pattern below
+        # never sees half of a key.
+        value = self._scrubber.text(value)
         for pattern in self._patterns:
             value = pattern.sub(_mask, value)
         return value
@@ -93,8 +91,9 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v
-                        else self.value(v)) for k, v in value.items()}
+            return {(self.text(k) if isinstance(k, str) else k):
+                    (REDACTED if isinstance(k, str) and is_secret_key(k) and v
+                     else self.value(v)) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from spearpy._files import atomic_write
 from spearpy.observe import events as ev
 from spearpy.observe.redact import REDACTED, Redactor, is_secret_key, short_sha256
 
@@ -109,10 +110,7 @@ class TranscriptWriter:
         record = self.render(transcript, stats)
         name = f"{record.get('run_id', 'run')}-fd{record.get('session_fd', 0)}.json"
         path = self.directory / name
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(record, ensure_ascii=False, indent=2, default=str) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, path)  # readers never see half a transcript
+        atomic_write(path, _encode(record))  # readers never see half a transcript
         with self._lock:
             self.written.append(path)
         return path
@@ -133,6 +131,16 @@ class TranscriptWriter:
                       tool_calls=stats["tool_calls"], usage=stats["usage"])
         redacted: dict[str, Any] = self._redactor.value(record)
         return redacted
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    text = json.dumps(record, ensure_ascii=False, indent=2, default=str) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate that reached a record some other way than parsed
+        # JSON: the ASCII form spells it as an escape, losing nothing.
+        return (json.dumps(record, ensure_ascii=True, indent=2, default=str) + "\n").encode()
 
 
 def _new_stats() -> dict[str, Any]:
