@@ -66,7 +66,7 @@ class ProcessExecutor:
         self.disk_cache_hits = 0
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
-        self._spec_file: Path | None = None
+        self._spec_fd = -1  # the spec file while run() runs: see there
 
     def describe(self) -> str:
         return f"{self.processes} process(es) x {self.threads} thread(s)"
@@ -84,11 +84,15 @@ class ProcessExecutor:
         spec = WorkerSpec(spec.config, spec.wasm, spec.name, self.threads, spec.transcripts)
         dispatch = Dispatch(jobs, emit, self.max_attempts)
         start_failures = 0
-        with tempfile.TemporaryDirectory(prefix="spearpy-batch-") as scratch:
-            # Workers read the spec (with the module's bytes) from a file: a
-            # pipe would block this loop until each new worker got round to it.
-            self._spec_file = Path(scratch) / "spec.pickle"
-            self._spec_file.write_bytes(pickle.dumps(spec))
+        # Workers read the spec (with the module's bytes) from a file: a pipe
+        # would block this loop until each new worker got round to it. The
+        # file has no name (O_TMPFILE, or unlinked at once), so a batch killed
+        # with SIGKILL, which runs no cleanup, leaves nothing in the temp
+        # directory: the kernel frees it with the last process holding it.
+        with tempfile.TemporaryFile(prefix="spearpy-batch-") as spec_file:
+            spec_file.write(pickle.dumps(spec))
+            spec_file.flush()
+            self._spec_fd = spec_file.fileno()
             try:
                 for _ in range(min(self.processes, len(jobs))):
                     self._spawn()
@@ -125,9 +129,9 @@ class ProcessExecutor:
         result_r, result_w = os.pipe()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "spearpy.batch.worker", str(self._spec_file),
+                [sys.executable, "-m", "spearpy.batch.worker", str(self._spec_fd),
                  str(task_r), str(result_w)],
-                pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL,
+                pass_fds=(self._spec_fd, task_r, result_w), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, env=_worker_env())
         except BaseException:
             for fd in (task_r, task_w, result_r, result_w):

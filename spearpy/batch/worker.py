@@ -1,11 +1,12 @@
-"""A batch worker process: `python -m spearpy.batch.worker SPEC_FILE TASK_FD RESULT_FD`.
+"""A batch worker process: `python -m spearpy.batch.worker SPEC_FD TASK_FD RESULT_FD`.
 
 Started by ProcessExecutor with a fresh interpreter rather than through
 multiprocessing, whose `spawn` re-imports the parent's main script: an
 embedder's script without an `if __name__ == "__main__"` guard, or one read
 from stdin, would run again in every worker. The worker reads its WorkerSpec
-from SPEC_FILE (pickle), builds a warm Host, then runs what arrives on the
-task pipe, `spec.threads` at a time, and sends each result back.
+(pickle) from SPEC_FD, an inherited descriptor of a file without a name,
+builds a warm Host, then runs what arrives on the task pipe, `spec.threads`
+at a time, and sends each result back.
 """
 
 from __future__ import annotations
@@ -54,12 +55,29 @@ def serve(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
     host.close()
 
 
+def read_spec(fd: int) -> bytes:
+    """The whole spec file, then the descriptor closed. pread, not read: every
+    worker's descriptor shares one file offset with its siblings' and the
+    parent's, and workers start concurrently."""
+    try:
+        size = os.fstat(fd).st_size
+        chunks, offset = [], 0
+        while offset < size:
+            chunk = os.pread(fd, size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str]) -> None:
     # Ctrl-C reaches the whole process group; the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    spec_file, task_fd, result_fd = argv
-    with open(spec_file, "rb") as handle:
-        spec: WorkerSpec = pickle.load(handle)
+    spec_fd, task_fd, result_fd = argv
+    spec: WorkerSpec = pickle.loads(read_spec(int(spec_fd)))
     serve(spec, Connection(int(task_fd), writable=False),
           Connection(int(result_fd), readable=False))
 
