@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
 import pytest
 import structlog
@@ -308,3 +309,14 @@ def test_otel_spans_follow_genai_conventions(make_host: Any, scripted: Any) -> N
     assert send.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert run.start_time <= send.start_time <= chats[0].start_time
     assert chats[0].end_time <= boom.start_time <= boom.end_time <= send.end_time
+
+
+def test_the_setup_is_plain_python_for_entry_points_without_click(tmp_path: Path) -> None:
+    from spearpy.observe import Observability as PlainObservability
+    from spearpy.observe import ObserveSetupError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ObserveSetupError, match="File exists"):
+        PlainObservability({"events_file": str(blocker / "events.jsonl"), "quiet": True})
+    assert not isinstance(ObserveSetupError("x"), click.UsageError)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from spearpy.observe.metrics import Metrics
     from spearpy.observe.otel import OtelSink
     from spearpy.observe.redact import Redactor, digest
+    from spearpy.observe.setup import Observability, ObserveSetupError
     from spearpy.observe.transcripts import TranscriptWriter, truncate_tool_contents
 
 _WHERE = {
@@ -30,11 +31,12 @@ _WHERE = {
     "FanOut": "events", "JsonlEventWriter": "jsonl", "event_record": "jsonl",
     "LiveView": "live", "LogSink": "logs", "configure_logging": "logs", "Metrics": "metrics",
     "OtelSink": "otel", "Redactor": "redact", "digest": "redact",
+    "Observability": "setup", "ObserveSetupError": "setup",
     "TranscriptWriter": "transcripts", "truncate_tool_contents": "transcripts",
 }
 __all__ = [
     "KINDS", "Event", "EventBus", "EventSink", "FanOut", "JsonlEventWriter", "LiveView",
-    "LogSink", "Metrics", "OtelSink", "Redactor", "TranscriptWriter", "configure_logging",
+    "LogSink", "Metrics", "Observability", "ObserveSetupError", "OtelSink", "Redactor", "TranscriptWriter", "configure_logging",
     "digest", "event_record", "truncate_tool_contents",
 ]
 
