@@ -36,7 +36,8 @@ _WHERE = {
 }
 __all__ = [
     "KINDS", "Event", "EventBus", "EventSink", "FanOut", "JsonlEventWriter", "LiveView",
-    "LogSink", "Metrics", "Observability", "ObserveSetupError", "OtelSink", "Redactor", "TranscriptWriter", "configure_logging",
+    "LogSink", "Metrics", "Observability", "ObserveSetupError", "OtelSink",
+    "Redactor", "TranscriptWriter", "configure_logging",
     "digest", "event_record", "truncate_tool_contents",
 ]
 
