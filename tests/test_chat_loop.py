@@ -196,7 +196,7 @@ def test_auto_send_runs_calls_in_order_and_keeps_result_order() -> None:
     assert isinstance(final, Done)
     kinds = [type(a).__name__ for a in actions]
     assert kinds == ["Complete", "CallTool", "CallTool", "Complete", "Done"]
-    assert [a.fn_offset for a in actions if isinstance(a, CallTool)] == [1, 2]
+    assert [a.tool.ref for a in actions if isinstance(a, CallTool)] == [1, 2]
     assert [m["tool_call_id"] for m in tool_messages(session)] == ["x", "y"]
     assert final.body["_spear"]["iterations"] == 2
     assert final.body["_spear"]["tool_calls"] == 2

@@ -272,7 +272,7 @@ def run_send(session: ChatSession, send: Send) -> None:
         elif isinstance(action, CallTool):
             calls += 1
             tool = registry.get(action.call.name)
-            assert tool is not None and tool.fn_offset == action.fn_offset
+            assert tool is not None and tool is action.tool
             parsed = json.loads(action.arguments)
             if send.limits.validate_tool_args:
                 assert isinstance(parsed, dict) and tool.validate(parsed) is None

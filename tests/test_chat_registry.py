@@ -98,7 +98,7 @@ def test_duplicate_name_is_eexist_and_keeps_the_first() -> None:
         registry.add(name, 2, spec)
     assert info.value.errno == abi.EEXIST
     tool = registry.get("add")
-    assert tool is not None and tool.fn_offset == 1
+    assert tool is not None and tool.ref == 1
     assert len(registry) == 1
 
 

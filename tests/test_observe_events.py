@@ -217,6 +217,9 @@ def test_multi_tool_send_is_ordered_and_paired(make_host: Any, scripted: Any) ->
     counts = check_invariants(events)
     assert counts[ev.TOOL_START] == counts[ev.TOOL_END] == 3
     assert counts[ev.COMPLETION_END] == 3 and counts[ev.SEND_END] == 1
+    # Every executed call names the tool source that ran it.
+    assert {e.data["source"] for e in events if e.kind in (ev.TOOL_START, ev.TOOL_END)} \
+        == {"guest"}
     assert counts[ev.SESSION_CLOSE] == 1
     assert b'done: {\\"ok\\":true}' in (result.stdout or b"")
     tool_ends = [e for e in events if e.kind == ev.TOOL_END]

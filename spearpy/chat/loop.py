@@ -237,7 +237,7 @@ class ToolLoop:
                 return None
             self.stats.tool_calls += 1
             self._in_flight_key = key
-            action = CallTool(call=call, fn_offset=tool.fn_offset, arguments=call.arguments)
+            action = CallTool(call=call, tool=tool, arguments=call.arguments)
             self._awaiting = action
             return action
         self._transition(LoopEvent.CALLS_ANSWERED)

@@ -12,8 +12,13 @@ dataclass's __init__ costs three times as much (~0.9 vs ~0.3 us measured).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    from spearpy.chat.registry import Tool
 
 JSONDict: TypeAlias = dict[str, Any]
 
@@ -49,7 +54,7 @@ class CompletionResult:
 
 @dataclass(slots=True)
 class ToolOutcome:
-    """What calling one guest tool produced."""
+    """What calling one tool produced, whatever its source."""
 
     ok: bool
     output: str = ""  # tool output text when ok
@@ -72,8 +77,8 @@ class Complete:
 @dataclass(slots=True)
 class CallTool:
     call: ToolCall
-    fn_offset: int
-    arguments: str  # validated JSON text handed to the guest
+    tool: Tool  # the registered tool: its source runs the call
+    arguments: str  # validated JSON text handed to the source
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,34 @@ class Failed:
 
 
 Action: TypeAlias = Complete | CallTool | Done | Failed
+
+
+# ---- where tools come from -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class CallBudget:
+    """What one call may use: everything a source must honour besides the
+    arguments. The driver builds it; every source gets the same one."""
+
+    max_output_bytes: int
+    deadline: float | None = None  # time.monotonic() the whole send must end by
+    cancel: threading.Event | None = None
+    # The session's params, read-only: a source takes what concerns it (a
+    # guest source its tool arena), the others ignore them.
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ToolSource(Protocol):
+    """A provider of tools: the guest's funcref table, an MCP server, Python
+    callables. Limits, approvals, the result cache, redaction and events stay
+    above the sources (loop and driver), so every call is checked alike."""
+
+    kind: str  # "guest" | "mcp" | "python": events and metrics label calls with it
+
+    def call(self, ref: Any, arguments: str, budget: CallBudget) -> ToolOutcome:
+        """Run the tool registered with `ref`; failures are outcomes, never raised."""
+        ...
 
 
 # ---- notes the loop leaves for observers (drained by the driver) -----------

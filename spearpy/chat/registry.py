@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from spearpy import _json, abi
 from spearpy.chat.fastschema import Check, compile_check
-from spearpy.chat.protocol import JSONDict
+from spearpy.chat.protocol import JSONDict, ToolSource
 from spearpy.chat.schemarefs import in_place_ref_problem
 
 if TYPE_CHECKING:
@@ -50,8 +50,10 @@ class RegistryError(Exception):
 @dataclass(frozen=True)
 class Tool:
     name: str
-    fn_offset: int
+    ref: Any  # what `source` knows the tool by: a guest's funcref table index, ...
     spec: JSONDict  # always {"type":"function","function":{name, description?, parameters?}}
+    # None only in the pure loop's own tests, which never call a tool.
+    source: ToolSource | None = field(default=None, compare=False, repr=False)
     validator: Validator | None = field(default=None, compare=False, repr=False)
     # A compiled predicate for the common schema subset (chat/fastschema.py):
     # True means valid; False or None (no fast path) defers to `validator`.
@@ -175,12 +177,13 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._specs: list[JSONDict] | None = None
 
-    def add(self, name: str, fn_offset: int, spec: JSONDict) -> Tool:
+    def add(self, name: str, ref: Any, spec: JSONDict,
+            source: ToolSource | None = None) -> Tool:
         """Register a tool; `spec` is the wrapped form from parse_tool_schema."""
         if name in self._tools:
             raise RegistryError(abi.EEXIST, f"tool {name!r} is already registered")
-        tool = Tool(name=name, fn_offset=fn_offset, spec=spec, validator=_build_validator(spec),
-                    check=_build_check(spec))
+        tool = Tool(name=name, ref=ref, spec=spec, source=source,
+                    validator=_build_validator(spec), check=_build_check(spec))
         self._tools[name] = tool
         self._specs = None
         return tool

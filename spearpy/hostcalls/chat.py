@@ -9,6 +9,7 @@ from spearpy import _json, abi
 from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
 from spearpy.fdtable import ChatResponse, FdKind
+from spearpy.guesttools import GuestTools
 from spearpy.hostcalls.send import run_send
 from spearpy.memory import GuestFault
 
@@ -87,7 +88,7 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
             return abi.EEXIST
         if run.tool_function(fn_offset) is None:
             return abi.EINVAL
-        session.registry.add(name, fn_offset, spec)
+        session.registry.add(name, fn_offset, spec, GuestTools(run))
         run.charge(len(raw), "a tool schema")
     except RegistryError as exc:
         return exc.errno

@@ -14,16 +14,17 @@ from spearpy.backends.base import CompletionRequest
 from spearpy.chat.loop import ToolLoop
 from spearpy.chat.params import forwarded_params, resolve_limits
 from spearpy.chat.protocol import (
+    CallBudget,
     CallTool,
     Complete,
     Done,
     Failed,
     LimitHit,
     LoopNote,
+    ToolOutcome,
     ToolSkipped,
 )
 from spearpy.fdtable import ChatResponse
-from spearpy.guestcall import call_tool
 from spearpy.hostcalls import upstream
 from spearpy.observe import events as ev
 
@@ -34,13 +35,6 @@ if TYPE_CHECKING:
 
 def _dump(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _arena(params: dict[str, Any]) -> tuple[int, int] | None:
-    ptr, length = params.get("tool_arena_ptr"), params.get("tool_arena_len")
-    if isinstance(ptr, int) and isinstance(length, int) and length > 0:
-        return ptr, length
-    return None
 
 
 def _error_response(backend: str, model: str, code: str, message: str) -> ChatResponse:
@@ -93,7 +87,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     timeout_ms = params.get("timeout_ms")
     timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
     forwarded = forwarded_params(params)
-    arena = _arena(params)
+    budget = CallBudget(limits.max_tool_output_bytes, run.effective_deadline(),
+                        run.cancel_event, params)
     kept = len(session.messages)
     while True:
         action = loop.next_action()
@@ -134,20 +129,23 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             loop.on_completion(result)
         elif isinstance(action, CallTool):
             call = action.call
+            source = action.tool.source
             observed = run.events.active  # building event fields costs ~10 us a call
             if observed:
                 run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
                                 args_bytes=len(action.arguments.encode()), cached=False,
                                 iteration=loop.stats.iterations, executed=True,
+                                source=source.kind if source else None,
                                 content={"arguments": action.arguments})
-            outcome = call_tool(run, action.fn_offset, action.arguments,
-                                limits.max_tool_output_bytes, arena)
+            outcome = (source.call(action.tool.ref, action.arguments, budget)
+                       if source is not None else _no_source(call.name))
             if observed:
                 run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name,
                                 rc=outcome.rc, duration_ms=round(outcome.duration_ms, 3),
                                 output_bytes=len(outcome.output.encode()),
                                 error=outcome.error_code, cached=False,
                                 iteration=loop.stats.iterations, executed=True,
+                                source=source.kind if source else None,
                                 content={"output": outcome.output})
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats
@@ -163,6 +161,11 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+def _no_source(name: str) -> ToolOutcome:
+    return ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
+                       error_message=f"tool {name!r} has no source to run it")
 
 
 def _charge_new_messages(run: GuestRun, session: ChatSession, kept: int) -> int:
