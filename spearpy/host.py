@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from spearpy.hostcalls import HOSTCALLS, define_spear_imports
 from spearpy.instance import GuestLogSink, GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
+from spearpy.secret_env import passed_through
 
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
@@ -219,8 +221,12 @@ class Host:
         return backend, None
 
     def key_envs(self) -> list[str]:
-        """Names of every env var that holds an API key this host may send."""
-        return sorted({self.config.api_key_env, *self._catalog.key_envs()} - {""})
+        """Names of every env var that holds an API key this host may send
+        (an embedder's own backend object counts when it names its variable)."""
+        with self._backend_lock:
+            own = {getattr(b, "api_key_env", "") for b in self._backends.values()}
+        names = {self.config.api_key_env, *self._catalog.key_envs(), *own}
+        return sorted(n for n in names if n and isinstance(n, str))
 
     def replay_mismatch(self) -> str | None:
         """Where a replayed run first diverged from its cassette (None: it did not)."""
@@ -233,7 +239,7 @@ class Host:
         module: str | os.PathLike[str] | bytes | LoadedModule,
         argv: list[str] | tuple[str, ...] = (),
         *,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         inherit_env: bool = False,
         stdin: bytes | str | None = None,
         dirs: list[tuple[str, str]] | None = None,
@@ -249,10 +255,19 @@ class Host:
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
         max_log_bytes, max_host_bytes (validated like HostConfig; unknown keys
         are a ValueError). `on_guest_log(level, text)` receives the guest's
-        `log` calls instead of stderr (e.g. to keep a JSON log stream JSON)."""
+        `log` calls instead of stderr (e.g. to keep a JSON log stream JSON).
+
+        `env` sets guest variables; a None value passes that variable through
+        from this process's environment (`--env NAME`), the only way to give
+        the guest one that `inherit_env` withholds as a credential
+        (spearpy.secret_env). A backend's key variable is refused even then:
+        SecretEnvError (a ValueError) naming it."""
         if self._closed:
             raise RuntimeError("this Host is closed")
         _check_run_inputs(argv, env, dirs)
+        # Refused here, naming the variable, rather than as a failed run.
+        passed_through(os.environ, [k for k, v in (env or {}).items() if v is None],
+                       self.key_envs())
         loaded = self.load(module)
         collected: list[Event] = []
         sinks: list[EventSink] = []
@@ -356,7 +371,8 @@ def _check_imports(module: wasmtime.Module) -> None:
                 "`spear` module and WASI preview 1")
 
 
-def _check_run_inputs(argv: list[str] | tuple[str, ...], env: dict[str, str] | None,
+def _check_run_inputs(argv: list[str] | tuple[str, ...],
+                      env: Mapping[str, str | None] | None,
                       dirs: list[tuple[str, str]] | None) -> None:
     """Say which argument is wrong before the run starts. WASI passes argv and
     env as C strings (wasmtime-py would fail deep inside with an
@@ -367,7 +383,7 @@ def _check_run_inputs(argv: list[str] | tuple[str, ...], env: dict[str, str] | N
             raise ValueError(f"dirs: {host_path!r} is not a directory")
     pairs = [("argv", repr(arg), arg) for arg in argv]
     pairs += [("env", f"{key!r}: {value!r}", item) for key, value in (env or {}).items()
-              for item in (key, value)]
+              for item in (key, value) if item is not None]  # None: pass through
     for where, shown, item in pairs:
         if not isinstance(item, str):
             raise TypeError(f"{where} entries must be str: {shown}")

@@ -29,6 +29,7 @@ from spearpy.fdtable import FdKind, FdTable
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
 from spearpy.outcome import RunResult, exit_code_for
+from spearpy.secret_env import guest_env
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
@@ -46,7 +47,7 @@ GuestLogSink = Callable[[str, str], None]
 @dataclass(slots=True)
 class RunOptions:
     argv: list[str] = field(default_factory=list)
-    env: dict[str, str] | None = None
+    env: dict[str, str | None] | None = None  # None value: pass through from os.environ
     inherit_env: bool = False
     stdin: bytes | None = None
     dirs: list[tuple[str, str]] = field(default_factory=list)  # (host path, guest path)
@@ -236,13 +237,10 @@ class GuestRun:
     def _wasi(self, scratch: Path) -> wasmtime.WasiConfig:
         wasi = wasmtime.WasiConfig()
         wasi.argv = [self.module.name, *self.options.argv]
-        env: dict[str, str] = {}
-        if self.options.inherit_env:
-            # Passing the environment through never passes the upstream keys:
-            # they belong to the operator, and the guest is untrusted.
-            hidden = {*self.host.key_envs(), "OPENAI_API_KEY"}
-            env = {k: v for k, v in os.environ.items() if k not in hidden}
-        env.update(self.options.env or {})
+        # Inheriting passes no credential and never a backend's key: they
+        # belong to the operator, and the guest is untrusted (secret_env).
+        env = guest_env(os.environ, self.options.env, inherit=self.options.inherit_env,
+                        extra_deny=self.host.key_envs())
         if env:
             wasi.env = list(env.items())
         if self.options.stdin is not None:

@@ -17,18 +17,21 @@ from spearpy.cli.observe_options import Observability, observe_options, pop_obse
 from spearpy.cli.options import host_from_options, host_options
 from spearpy.errors import SpearpyError
 from spearpy.outcome import exit_code_for
+from spearpy.secret_env import SecretEnvError, passed_through
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestLogSink
 
 
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env = {}
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str | None]:
+    """K=V sets K; a bare NAME passes NAME through from this process's
+    environment (None), the one way past --env-inherit's deny-list."""
+    env: dict[str, str | None] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected K=V, got {pair!r}", param_hint="--env")
-        env[key] = value
+        if not key:
+            raise click.BadParameter(f"expected K=V or NAME, got {pair!r}", param_hint="--env")
+        env[key] = value if sep else None
     return env
 
 
@@ -82,8 +85,12 @@ def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
 @click.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 @click.argument("guest_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--env", "env_pairs", multiple=True, help="guest env var K=V (repeatable)")
-@click.option("--env-inherit", is_flag=True, help="give the guest this process's environment")
+@click.option("--env", "env_pairs", multiple=True,
+              help="guest env var K=V, or NAME to pass NAME through from this process's "
+                   "environment (repeatable)")
+@click.option("--env-inherit", is_flag=True,
+              help="give the guest this process's environment minus credentials "
+                   "(*_API_KEY, *_TOKEN, *SECRET*, *PASSWORD*, AWS_*, ...; see docs/security.md)")
 @click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
 @click.option("--invoke", default=None, help="call this export instead of _start")
 @click.option("--stdin", "stdin_file", type=click.File("rb"),
@@ -102,6 +109,11 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     stdin = stdin_file.read() if stdin_file is not None else None
     observe = pop_observe_options(options)
     host = host_from_options(options)
+    try:
+        passed_through(os.environ, [k for k, v in env.items() if v is None], host.key_envs())
+    except SecretEnvError as exc:
+        host.close()
+        raise click.BadParameter(str(exc), param_hint="--env") from None
     cancel = threading.Event()
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs, \
