@@ -16,6 +16,8 @@ from spearpy.chat.protocol import LoopLimits
 
 OK = [
     ("model", "gpt-4o-mini"),
+    ("stream", True),
+    ("stream", False),
     ("backend", "local"),
     ("timeout_ms", 0),
     ("timeout_ms", 30000),
@@ -83,7 +85,7 @@ EINVAL = [
     ("response_format", "json"),
     ("messages", []),
     ("tools", []),
-    ("stream", False),
+    ("stream", "yes"),
     ("n", 1),
     ("messages", None),
     ("unknown_float", float("nan")),

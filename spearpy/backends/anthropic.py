@@ -20,6 +20,7 @@ from typing import Any
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import DecodeError, HTTPBackend
+from spearpy.backends.streaming import AnthropicStream, DeltaSink
 from spearpy.chat.protocol import JSONDict
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -95,7 +96,12 @@ class AnthropicBackend(HTTPBackend):
         for key, value in params.items():
             if key not in _DROPPED:
                 body.setdefault(key, value)
+        if request.stream:
+            body["stream"] = True
         return body
+
+    def stream_assembler(self, on_delta: DeltaSink | None) -> AnthropicStream:
+        return AnthropicStream(on_delta)
 
     # ---- back ------------------------------------------------------------
 

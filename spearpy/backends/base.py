@@ -7,6 +7,7 @@ CompletionResult and never raise for upstream trouble (errors are values).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,11 @@ class CompletionRequest:
     # Set when the guest's run is cancelled: no attempt starts and no backoff
     # wait goes on after it (the attempt in flight is abandoned by the caller).
     cancel: threading.Event | None = None
+    # Ask the upstream to stream (SSE); the result is the same assembled body.
+    stream: bool = False
+    # Receives each text delta of a streamed reply as it arrives (secrets
+    # already removed); never called for a reply that was not streamed.
+    on_delta: Callable[[str], None] | None = None
 
 
 class Backend(Protocol):

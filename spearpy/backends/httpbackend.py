@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import httpx
 import tenacity
@@ -35,6 +35,11 @@ from spearpy.backends.retry import (
     backoff_delay,
     retry_after_seconds,
     status_is_retryable,
+)
+from spearpy.backends.streaming import (
+    DeltaSink,
+    SSEDecoder,
+    StreamError,
 )
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
 from spearpy.observe.scrub import SecretScrubber
@@ -145,6 +150,11 @@ class HTTPBackend(abc.ABC):
         """The OpenAI-shaped chat completion for a 2xx body (DecodeError if none)."""
         return body
 
+    def stream_assembler(self, on_delta: DeltaSink | None) -> StreamAssembler | None:
+        """What turns this dialect's stream events into the body `decode` takes;
+        None: the dialect cannot stream, and `stream` is not asked for."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """What a cassette needs to rebuild this backend for replay (no secrets)."""
         return {
@@ -158,6 +168,9 @@ class HTTPBackend(abc.ABC):
     def wire_body(self, request: CompletionRequest) -> JSONDict:
         """The JSON actually sent: the dialect's encoding after the quirk profile."""
         return self.quirks.prepare(self.encode(request))
+
+    def streams(self, request: CompletionRequest) -> bool:
+        return request.stream and self.stream_assembler(None) is not None
 
     def close(self) -> None:
         if self._owns_client:
@@ -248,8 +261,11 @@ class HTTPBackend(abc.ABC):
             with self._client.stream("POST", self._url, content=payload, headers=self._headers,
                                      timeout=timeout) as response:
                 raw = bytearray()
+                stream = self._stream_reader(request, response)
                 for chunk in response.iter_bytes():
                     raw += chunk
+                    if stream is not None:
+                        stream.feed(chunk)
                     if len(raw) > MAX_RESPONSE_BYTES:
                         return self._fail(request, "upstream_response_too_large",
                                           f"the upstream response exceeded {MAX_RESPONSE_BYTES} "
@@ -273,19 +289,42 @@ class HTTPBackend(abc.ABC):
         except httpx.ConnectError as exc:
             return self._fail(request, "upstream_unreachable",
                               f"cannot connect to {self._url}: {_reason(exc)}", retryable=True)
+        except StreamError as exc:  # an error event in the middle of the stream
+            return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc))
         except httpx.HTTPError as exc:
             # Reset connections and truncated bodies: nothing usable arrived.
             return self._fail(request, "upstream_protocol_error",
                               f"{type(exc).__name__}: {_reason(exc)}", retryable=True)
+        if stream is not None:
+            try:
+                streamed = stream.finish()
+            except StreamError as exc:
+                return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc), status)
+            return self._interpret(request, status, headers, b"", streamed)
         return self._interpret(request, status, headers, self._scrubber.raw(bytes(raw)))
 
+    def _stream_reader(self, request: CompletionRequest,
+                       response: httpx.Response) -> _StreamReader | None:
+        """A reader for a 2xx event stream we asked for; None for anything else
+        (an error body, or a server that ignored `stream` and sent JSON)."""
+        if not request.stream or not 200 <= response.status_code < 300:
+            return None
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return None
+        sink = request.on_delta
+        guard = _DeltaGuard(self._scrubber, sink) if sink is not None else None
+        assembler = self.stream_assembler(guard.feed if guard is not None else None)
+        return None if assembler is None else _StreamReader(self._scrubber, assembler, guard)
+
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
-                   raw: bytes) -> _Attempt:
-        try:
-            body: Any = _json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            body = None
-        if self._scrubber and (b"\\\\" in raw or b"\\u" in raw):
+                   raw: bytes, streamed: JSONDict | None = None) -> _Attempt:
+        body: Any = streamed
+        if streamed is None:
+            try:
+                body = _json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                body = None
+        if self._scrubber and (streamed is not None or b"\\\\" in raw or b"\\u" in raw):
             # Escapes the precise pass on the raw bytes may have missed (an
             # escaped backslash before an escape) decode into these strings.
             body = self._scrubber.value(body)
@@ -308,6 +347,67 @@ class HTTPBackend(abc.ABC):
         model = completion.get("model")
         model = model if isinstance(model, str) and model else request.model
         return _Attempt(CompletionResult(self.name, model, body=completion), retryable=False)
+
+
+class StreamAssembler(Protocol):
+    done: bool
+
+    def event(self, payload: bytes) -> None: ...
+
+    def body(self) -> JSONDict: ...
+
+
+class _StreamReader:
+    """Feeds a streamed reply's events, secrets removed, to the dialect's assembler."""
+
+    def __init__(self, scrubber: SecretScrubber, assembler: StreamAssembler,
+                 guard: _DeltaGuard | None) -> None:
+        self._decoder = SSEDecoder()
+        self._scrubber = scrubber
+        self._assembler = assembler
+        self._guard = guard
+
+    def feed(self, chunk: bytes) -> None:
+        for payload in self._decoder.feed(chunk):
+            self._assembler.event(self._scrubber.raw(payload))
+
+    def finish(self) -> JSONDict:
+        for payload in self._decoder.close():
+            self._assembler.event(self._scrubber.raw(payload))
+        if self._guard is not None:
+            self._guard.flush()
+        return self._assembler.body()
+
+
+class _DeltaGuard:
+    """Passes streamed text on with secrets removed, even a secret split across
+    deltas: the last few characters wait for the next delta (or the end)
+    before they are scrubbed and sent."""
+
+    def __init__(self, scrubber: SecretScrubber, sink: DeltaSink) -> None:
+        self._scrubber = scrubber
+        self._sink = sink
+        longest = max((len(s) for s in scrubber.secrets), default=0)
+        self._hold = max(longest - 1, 0)
+        # An escaped spelling is up to ~8 characters per character of the key.
+        self._hold_escaped = 8 * longest
+        self._pending = ""
+
+    def feed(self, text: str) -> None:
+        if not self._hold:
+            self._sink(text)
+            return
+        window = self._scrubber.text(self._pending + text)
+        hold = self._hold_escaped if "\\" in window else self._hold
+        if len(window) > hold:
+            self._sink(window[:len(window) - hold])
+            window = window[len(window) - hold:]
+        self._pending = window
+
+    def flush(self) -> None:
+        if self._pending:
+            rest, self._pending = self._scrubber.text(self._pending), ""
+            self._sink(rest)
 
 
 def _reason(exc: BaseException) -> str:

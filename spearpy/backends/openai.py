@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, error_details
+from spearpy.backends.streaming import DeltaSink, OpenAIStream
 from spearpy.chat.protocol import JSONDict
 
 __all__ = ["MAX_RESPONSE_BYTES", "OpenAIBackend", "error_details"]
@@ -25,7 +26,14 @@ class OpenAIBackend(HTTPBackend):
             body["tools"] = request.tools
         for key, value in request.params.items():
             body.setdefault(key, value)
+        if request.stream:
+            body["stream"] = True
+            # The usage of a streamed reply comes only in a final chunk asked for.
+            body["stream_options"] = {"include_usage": True}
         return body
+
+    def stream_assembler(self, on_delta: DeltaSink | None) -> OpenAIStream:
+        return OpenAIStream(on_delta)
 
     def encode(self, request: CompletionRequest) -> JSONDict:
         return self.build_body(request)

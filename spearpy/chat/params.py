@@ -83,12 +83,15 @@ HOST_KEYS: Final = frozenset(
         "max_total_tokens",
         "cache_tool_results",
         "validate_tool_args",
+        # SPEAR passes a guest's `stream: true` upstream; here the host streams
+        # (token events) and the guest still gets the assembled body.
+        "stream",
     }
 )
 
 # The host builds these itself: letting a guest set them would break the
-# request (messages/tools), the response parsing (stream) or choices[0] (n).
-FORBIDDEN_KEYS: Final = frozenset({"messages", "tools", "stream", "n"})
+# request (messages/tools) or choices[0] (n).
+FORBIDDEN_KEYS: Final = frozenset({"messages", "tools", "n"})
 
 ALIASES: Final = {"max_tool_calls": "max_total_tool_calls"}
 
@@ -147,6 +150,7 @@ _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
     "max_total_tokens": _non_negative_int,
     "cache_tool_results": _bool,
     "validate_tool_args": _bool,
+    "stream": _bool,
     "temperature": _finite_number,
     "top_p": _finite_number,
     "max_tokens": _non_negative_int,

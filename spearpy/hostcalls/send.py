@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     timeout_ms = params.get("timeout_ms")
     timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
     forwarded = forwarded_params(params)
+    stream = params.get("stream") is True
     budget = CallBudget(limits.max_tool_output_bytes, run.effective_deadline(),
                         run.cancel_event, params)
     kept = len(session.messages)
@@ -106,11 +108,16 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             if run.events.active:
                 run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
                                 messages=len(action.messages))
+            tokens = _TokenSink(run, fd, action.iteration) if stream and run.events.active \
+                else None
             request = CompletionRequest(
                 model=model, messages=action.messages, tools=action.tools, params=forwarded,
-                timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event)
+                timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event,
+                stream=stream, on_delta=tokens)
             asked = time.monotonic()
             result = upstream.complete(backend, request, run.options.cancel is not None)
+            if tokens is not None:
+                tokens.close()
             if result is None:
                 # Cancelled mid-request: the next turn of the loop interrupts the send.
                 run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
@@ -161,6 +168,32 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+class _TokenSink:
+    """TOKEN events for one streamed completion's text deltas.
+
+    A cancellable run waits for the request on another thread and abandons it
+    on cancel; the abandoned request may still deliver deltas. Once the
+    completion is over for the run (close), they are dropped, so no token
+    event follows its completion_end."""
+
+    __slots__ = ("_fd", "_iteration", "_lock", "_open", "_run")
+
+    def __init__(self, run: GuestRun, fd: int, iteration: int) -> None:
+        self._run, self._fd, self._iteration = run, fd, iteration
+        self._lock = threading.Lock()
+        self._open = True
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            if self._open:
+                self._run.events.emit(ev.TOKEN, self._fd, iteration=self._iteration,
+                                      bytes=len(text.encode()), content={"text": text})
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
 
 
 def _no_source(name: str) -> ToolOutcome:

@@ -22,6 +22,9 @@ from typing import Any
 SEND_START = "send_start"
 COMPLETION_START = "completion_start"
 COMPLETION_END = "completion_end"
+# A text delta of a streamed completion (content: {"text"}), between its
+# completion_start and completion_end.
+TOKEN = "token"
 TOOL_START = "tool_start"
 TOOL_END = "tool_end"
 LIMIT_HIT = "limit_hit"
@@ -30,7 +33,7 @@ SESSION_CLOSE = "session_close"
 RUN_START = "run_start"
 RUN_END = "run_end"
 
-KINDS = (RUN_START, SEND_START, COMPLETION_START, COMPLETION_END, TOOL_START, TOOL_END,
+KINDS = (RUN_START, SEND_START, COMPLETION_START, TOKEN, COMPLETION_END, TOOL_START, TOOL_END,
          LIMIT_HIT, SEND_END, SESSION_CLOSE, RUN_END)
 
 
@@ -42,7 +45,7 @@ class Event:
     ts: float
     fd: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
-    # tool_start: {"arguments": str}; tool_end: {"output": str};
+    # tool_start: {"arguments": str}; tool_end: {"output": str}; token: {"text": str};
     # session_close: {"transcript": dict}. Never part of as_dict().
     content: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 

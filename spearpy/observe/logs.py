@@ -222,6 +222,8 @@ def _describe(event: ev.Event) -> tuple[str, str]:
             return ("warning" if failed else "info"), "send ended"
         case ev.COMPLETION_START:
             return "debug", "completion requested"
+        case ev.TOKEN:
+            return "debug", "token received"
         case ev.COMPLETION_END:
             return ("warning" if failed else "info"), "completion received"
         case ev.TOOL_START:

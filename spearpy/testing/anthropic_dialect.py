@@ -20,6 +20,7 @@ from typing import Any
 from spearpy import _json
 from spearpy.testing.dialects import Dialect, Respond, derived_id, plain_error
 from spearpy.testing.reply import JSONDict, ScriptedReply, dumps
+from spearpy.testing.streamed import anthropic_events
 
 MESSAGES_PATH = "/v1/messages"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -64,8 +65,11 @@ class AnthropicDialect(Dialect):
             return ScriptedReply(status=reply.status, headers=reply.headers,
                                  delay_ms=reply.delay_ms, rule=reply.rule,
                                  body=anthropic_error(reply.status, str(message)).body)
+        message = to_anthropic_response(reply.body)
         return ScriptedReply(status=200, headers=reply.headers, delay_ms=reply.delay_ms,
-                             rule=reply.rule, body=to_anthropic_response(reply.body))
+                             rule=reply.rule, body=message,
+                             events=anthropic_events(message) if body.get("stream") is True
+                             else None, stream_delay_ms=reply.stream_delay_ms)
 
 
 # ---- validation ------------------------------------------------------------------
@@ -81,8 +85,6 @@ def validate(body: JSONDict) -> str | None:
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         return "max_tokens: Field required"
-    if body.get("stream") is True:
-        return "the scripted Anthropic server does not stream"
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"

@@ -28,7 +28,7 @@ DEFAULT_GARBAGE = '{"id":"chatcmpl-garbage","choices":[<<upstream garbage, not J
 REPLY_KEYS = frozenset(
     {
         "content", "tool_calls", "finish_reason", "usage", "raw", "status", "error",
-        "body_text", "headers", "delay_ms", "fault", "raw_arguments",
+        "body_text", "headers", "delay_ms", "fault", "raw_arguments", "stream_delay_ms",
     }
 )  # fmt: skip
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
@@ -80,6 +80,10 @@ class ScriptedReply:
     delay_ms: int = 0
     fault: str | None = None  # "reset" | "truncate" | "garbage"
     rule: str | None = None  # which rule answered, for debugging
+    # A streamed answer (the request asked for `stream`): these Server-Sent
+    # Events instead of `body`, `stream_delay_ms` apart.
+    events: list[bytes] | None = None
+    stream_delay_ms: int = 0
 
     def payload(self) -> bytes:
         if self.body_text is not None:
@@ -89,6 +93,8 @@ class ScriptedReply:
         return dumps(self.body).encode("utf-8")
 
     def content_type(self) -> str:
+        if self.events is not None:
+            return "text/event-stream"
         # garbage still claims JSON: that is the hostile part.
         if self.body_text is not None and self.fault != "garbage":
             return "text/plain; charset=utf-8"
@@ -202,6 +208,7 @@ class ReplySpec:
     headers: dict[str, str] = field(default_factory=dict)
     delay_ms: int = 0
     fault: str | None = None
+    stream_delay_ms: int = 0
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> ReplySpec:
@@ -230,6 +237,9 @@ class ReplySpec:
         delay = raw.get("delay_ms", 0)
         if not _is_int(delay) or delay < 0:
             raise _fail(where, f"'delay_ms' must be a non-negative int, got {delay!r}")
+        pace = raw.get("stream_delay_ms", 0)
+        if not _is_int(pace) or pace < 0:
+            raise _fail(where, f"'stream_delay_ms' must be a non-negative int, got {pace!r}")
         fault = raw.get("fault")
         if fault is not None and fault not in FAULTS:
             raise _fail(where, f"'fault' must be one of {sorted(FAULTS)}, got {fault!r}")
@@ -259,13 +269,14 @@ class ReplySpec:
             headers={k: str(v) for k, v in headers.items()},
             delay_ms=delay,
             fault=fault,
+            stream_delay_ms=pace,
         )
 
     def render(self, request: JSONDict, index: int, rule: str | None = None) -> ScriptedReply:
         """Build the answer to `request`, the `index`-th request the script answered."""
         common: JSONDict = {
             "status": self.status, "headers": dict(self.headers), "delay_ms": self.delay_ms,
-            "fault": self.fault, "rule": rule,
+            "fault": self.fault, "rule": rule, "stream_delay_ms": self.stream_delay_ms,
         }  # fmt: skip
         if self.body_text is not None:
             return ScriptedReply(body_text=self.body_text, **common)

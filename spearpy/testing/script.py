@@ -173,8 +173,6 @@ def _invalid_request(request: Any) -> str | None:
     msgs = request.get("messages")
     if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
         return "'messages' must be an array of message objects"
-    if request.get("stream") is True:
-        return "the scripted model does not stream; send stream=false"
     return None
 
 

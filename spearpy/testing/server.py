@@ -9,6 +9,7 @@ otherwise leave a thread blocked in recv() for as long as the client lives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -24,6 +25,7 @@ from spearpy.testing.dialects import dialect as _dialect
 from spearpy.testing.faults import WIRE_FAULTS
 from spearpy.testing.reply import CREATED, JSONDict, ScriptedReply, ScriptError, failure
 from spearpy.testing.script import Script, ScriptSource
+from spearpy.testing.streamed import openai_events
 
 log = logging.getLogger("spearpy.testing")
 
@@ -191,7 +193,13 @@ class _Handler(BaseHTTPRequestHandler):
             if json_error is not None:
                 problem = f"We could not parse the JSON body of your request: {json_error}"
                 return failure(problem, status=400)
-            return _respond(owner, body)
+            reply = _respond(owner, body)
+            if body is not None and body.get("stream") is True and reply.body is not None \
+                    and reply.status == 200 and reply.fault is None:
+                options = body.get("stream_options")
+                usage = isinstance(options, dict) and options.get("include_usage") is True
+                reply = dataclasses.replace(reply, events=openai_events(reply.body, usage))
+            return reply
         if path == MODELS_PATH and self.command == "GET":
             return ScriptedReply(body=_models_body(owner.script))
         if path in (COMPLETIONS_PATH, MODELS_PATH):
@@ -211,6 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             headers.pop(lowered.get(name.lower(), name), None)
             headers[name] = value
+        if reply.events is not None:
+            self._send_events(reply, headers)
+            return
         writer = WIRE_FAULTS.get(reply.fault or "")
         if writer is not None:
             self.close_connection = True
@@ -222,6 +233,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+
+    def _send_events(self, reply: ScriptedReply, headers: dict[str, str]) -> None:
+        """A streamed answer: one HTTP chunk per event, paced, flushed as it goes."""
+        self.send_response(reply.status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i, event in enumerate(reply.events or ()):
+            if i and reply.stream_delay_ms and \
+                    self.server.stopping.wait(reply.stream_delay_ms / 1000):
+                self.close_connection = True
+                return
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
 
 def _respond(owner: ScriptedServer, body: JSONDict | None) -> ScriptedReply:
