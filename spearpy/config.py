@@ -9,8 +9,9 @@ use the SPEARPY_ prefix (SPEARPY_MODEL, SPEARPY_TIMEOUT, ...).
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spearpy.chat.params import LimitPolicy
@@ -18,6 +19,24 @@ from spearpy.chat.params import LimitPolicy
 
 def _default_cache_dir() -> Path:
     return Path.home() / ".cache" / "spearpy"
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an upstream base URL, or None. Checked when the
+    host starts: httpx would only refuse it at the first send, which the
+    guest then sees as an unrelated error body."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0  # parsing the port can raise
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host, like https://api.openai.com/v1"
+    if not port_ok:
+        return "port 0 cannot be connected to"
+    if any(ch.isspace() for ch in url):
+        return "must not contain whitespace"
+    return None
 
 
 class HostConfig(BaseSettings):
@@ -67,6 +86,14 @@ class HostConfig(BaseSettings):
     max_host_bytes: int = Field(256 << 20, ge=1 << 20)
 
     cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_is_a_url(cls, value: str) -> str:
+        problem = url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     def limit_policy(self) -> LimitPolicy:
         return LimitPolicy(

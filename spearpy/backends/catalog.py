@@ -11,16 +11,26 @@ Sources, merged once when the Host starts:
 - `--record FILE` wraps every backend built so its exchanges land in FILE.
 
 Backends are built lazily (a scripted one starts a server), once per name;
-so are their modules: a host whose guests never send imports no httpx.
+so are their modules: a host whose guests never send imports no httpx. What
+can be checked without building them is checked when the host starts (base
+URLs, script and cassette files): a bad one is a BackendSpecError naming it,
+not an unrelated error body at the guest's first send.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from spearpy.backends.config_file import BackendSpec, HostDefaults, load_config_file
+from spearpy.backends.config_file import (
+    BackendSpec,
+    HostDefaults,
+    default_config_path,
+    load_config_file,
+)
+from spearpy.config import url_problem
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,6 +42,12 @@ if TYPE_CHECKING:
     from spearpy.config import HostConfig
 
 _SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
+
+
+class BackendSpecError(ConfigError, ValueError):
+    """A configured backend cannot work (bad base URL, unreadable or invalid
+    script or cassette), found when the host starts. A ValueError too, like
+    HostConfig's own validation errors, for embedders building a Host."""
 
 
 class BackendCatalog:
@@ -56,26 +72,8 @@ class BackendCatalog:
     def from_config(cls, config: HostConfig) -> BackendCatalog:
         defaults = HostDefaults(config.model, config.request_timeout, config.max_retries)
         record = str(config.record) if config.record is not None else None
-        chosen = config.backend
-        if chosen is not None and chosen.startswith("replay:"):
-            from spearpy.backends.replay import ReplayCursor
-
-            cursor = ReplayCursor(chosen.removeprefix("replay:"))
-            default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
-            names = {*cursor.data["backends"], default}
-            specs = {n: BackendSpec(kind="replay", cassette=cursor.path) for n in names}
-            return cls(specs, default, defaults, record=record, replay=cursor)
-        specs, default = load_config_file(config.config_file)
-        if chosen is not None and chosen in specs:
-            default = chosen
-        elif chosen is not None:
-            kind, _, arg = chosen.partition(":")
-            specs[kind] = _flag_spec(config, kind, arg)
-            default = kind
-        elif default is None:
-            specs.setdefault("openai", _flag_spec(config, "openai", ""))
-            default = "openai"
-        return cls(specs, default, defaults, record=record)
+        specs, default, cursor = _resolve(config)
+        return cls(specs, default, defaults, record=record, replay=cursor)
 
     @property
     def names(self) -> list[str]:
@@ -149,6 +147,63 @@ class BackendCatalog:
         return next((c.mismatch for c in cursors if c is not None and c.mismatch), None)
 
 
+def check_config(config: HostConfig) -> None:
+    """Raise what `from_config` would, without its side effects (a --record
+    cassette is not written): for commands that build their hosts later, in
+    other processes (`spearpy batch`)."""
+    _resolve(config)
+
+
+def _resolve(config: HostConfig) -> tuple[dict[str, BackendSpec], str, ReplayCursor | None]:
+    """(the backends by name, the default's name, the cursor of a whole-host
+    replay), every spec checked."""
+    chosen = config.backend
+    if chosen is not None and chosen.startswith("replay:"):
+        from spearpy.backends.replay import ReplayCursor
+
+        try:
+            cursor = ReplayCursor(chosen.removeprefix("replay:"))
+        except ConfigError as exc:
+            raise BackendSpecError(f"backend {chosen!r} (--backend, SPEARPY_BACKEND): {exc}") \
+                from None
+        default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
+        names = {*cursor.data["backends"], default}
+        return {n: BackendSpec(kind="replay", cassette=cursor.path) for n in names}, default, cursor
+    specs, default = load_config_file(config.config_file)
+    where = {name: f"config file {str(config.config_file or default_config_path())!r}: "
+                   f"[backends.{name}]" for name in specs}
+    if chosen is not None and chosen in specs:
+        default = chosen
+    elif chosen is not None:
+        kind, _, arg = chosen.partition(":")
+        specs[kind] = _flag_spec(config, kind, arg)
+        where[kind] = f"backend {chosen!r} (--backend, SPEARPY_BACKEND)"
+        default = kind
+    elif default is None:
+        if "openai" not in specs:
+            specs["openai"] = _flag_spec(config, "openai", "")
+            where["openai"] = "--base-url / OPENAI_BASE_URL"
+        default = "openai"
+    for name, spec in specs.items():
+        _check_spec(spec, where[name])
+    return specs, default, None
+
+
+def _check_spec(spec: BackendSpec, where: str) -> None:
+    if spec.base_url is not None and (problem := url_problem(spec.base_url)) is not None:
+        raise BackendSpecError(f"{where}: base_url {spec.base_url!r}: {problem}")
+    if spec.kind == "scripted" and spec.script is not None:
+        from spearpy.testing import Script
+
+        try:
+            Script.load(spec.script)
+        except (OSError, ValueError) as exc:
+            raise BackendSpecError(f"{where}: cannot load the scripted model: {exc}") from None
+    if spec.kind == "replay" and spec.cassette is not None and not os.path.isfile(spec.cassette):
+        raise BackendSpecError(f"{where}: the cassette file {str(spec.cassette)!r} does not "
+                               "exist")
+
+
 def _flag_spec(config: HostConfig, kind: str, arg: str) -> BackendSpec:
     """The backend the flags and environment describe."""
     try:
@@ -162,6 +217,9 @@ def _flag_spec_unchecked(config: HostConfig, kind: str, arg: str) -> BackendSpec
     given = config.model_fields_set
     if kind == "scripted" and arg:
         return BackendSpec(kind="scripted", script=arg, quirks=config.quirks)
+    if kind == "scripted":
+        raise BackendSpecError(f"backend {config.backend!r} (--backend, SPEARPY_BACKEND): "
+                               "needs its script file: scripted:FILE")
     if kind in ("openai", "anthropic") and not arg:
         return BackendSpec(
             kind=kind,

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from spearpy.backends.catalog import check_config
 from spearpy.batch import (
     BatchError,
     Executor,
@@ -22,7 +23,7 @@ from spearpy.batch import (
 )
 from spearpy.batch.progress import BatchProgress
 from spearpy.cli.options import config_from_options, host_options
-from spearpy.errors import ModuleLoadError
+from spearpy.errors import ConfigError, ModuleLoadError
 
 
 def _executor(jobs: int, threads: bool, processes: bool, ray: str | None,
@@ -73,6 +74,11 @@ def batch(module: str, inputs_path: str, out_path: str, jobs: int | None, thread
     Interrupted batches resume: re-running skips inputs already in --out.
     """
     config = config_from_options(options)
+    try:
+        # Here, before any input runs: the hosts are built later, in workers.
+        check_config(config)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     executor = _executor(jobs or os.cpu_count() or 1, threads, processes, ray_address,
                          max_attempts)
     show = progress if progress is not None else sys.stderr.isatty()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -66,6 +67,8 @@ def config_from_options(options: dict[str, Any]) -> HostConfig:
 # Fields whose flag or environment variable is not derived from the field name.
 _FLAGS = {"config_file": "--config", "cache_dir": "--no-cache"}
 _ENVS = {"base_url": "OPENAI_BASE_URL", "config_file": "SPEARPY_CONFIG"}
+# pydantic names the first alias whichever of them held the value.
+_ALIAS_CHOICES = {"OPENAI_BASE_URL": ("OPENAI_BASE_URL", "SPEARPY_BASE_URL")}
 
 
 def _explain(exc: ValidationError, given: set[str]) -> str:
@@ -74,11 +77,15 @@ def _explain(exc: ValidationError, given: set[str]) -> str:
     lines = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
-        if field in given:
+        if field.isupper():  # read from the environment through an alias
+            choices = _ALIAS_CHOICES.get(field, (field,))
+            source = next((name for name in choices if name in os.environ), field)
+        elif field in given:
             source = _FLAGS.get(field, "--" + field.replace("_", "-"))
         else:
             source = _ENVS.get(field, "SPEARPY_" + field.upper())
-        lines.append(f"invalid {source} {error.get('input')!r}: {error['msg']}")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"invalid {source} {error.get('input')!r}: {message}")
     return "\n".join(lines)
 
 
