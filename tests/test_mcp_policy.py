@@ -163,7 +163,7 @@ def test_unknown_approval_value() -> None:
 
 server_names = st.sampled_from(["fs", "git", "web", "db", ""])
 globs = st.sampled_from(["*", "read_*", "list_?", "git_*", "x", "", "*e*"])
-tool_names = st.sampled_from(FS_TOOLS + ["git_log", "list_a", "x", "exec"])
+tool_names = st.sampled_from([*FS_TOOLS, "git_log", "list_a", "x", "exec"])
 json_values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5),
                         st.lists(st.one_of(server_names, globs, st.integers()), max_size=4))
 keys = st.sampled_from(["mcp.enabled", "mcp.server_ids", "mcp.tool_allowlist",
@@ -176,7 +176,8 @@ tasks = st.builds(
     tool_denylist=st.lists(globs, max_size=2).map(tuple))
 
 
-@given(tasks, st.lists(server_names, max_size=4), st.lists(st.tuples(keys, json_values), max_size=8),
+@given(tasks, st.lists(server_names, max_size=4),
+       st.lists(st.tuples(keys, json_values), max_size=8),
        st.lists(globs, max_size=3), st.lists(tool_names, max_size=8))
 def test_a_guest_can_only_narrow(task: TaskPolicy, registry: list[str],
                                  sets: list[tuple[str, Any]], server_allowed: list[str],

@@ -1,8 +1,8 @@
 """MCP tool servers for spearpy (issue 15): registry, policy, naming, results, client.
 
 Only this package imports the MCP SDK. Names are imported on first use, so
-`import spearpy.mcp` costs nothing until a piece is needed; the policy and
-naming functions never load the SDK.
+`import spearpy.mcp` costs nothing until a piece is needed: the policy and
+naming functions never load the SDK; `McpManager` does.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from spearpy.mcp.client import McpManager, McpOutcome, ServerStatus, ToolSpec
+    from spearpy.mcp.connection import McpError
     from spearpy.mcp.naming import (
         NameTable,
         ToolNameError,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from spearpy.mcp.results import ERROR_CODES, error_content, render_result, truncate
 
 _WHERE = {
+    "McpManager": "client", "McpOutcome": "client", "ServerStatus": "client", "ToolSpec": "client",
+    "McpError": "connection",
     "NameTable": "naming", "ToolNameError": "naming", "is_mcp_name": "naming",
     "parse_tool_name": "naming", "spear_tool_name": "naming",
     "Approval": "policy", "SessionPolicy": "policy", "TaskPolicy": "policy",
@@ -52,14 +56,19 @@ _WHERE = {
 __all__ = [
     "ERROR_CODES",
     "Approval",
+    "McpError",
+    "McpManager",
+    "McpOutcome",
     "NameTable",
     "RecordError",
     "Registry",
     "ServerEntry",
     "ServerRecord",
+    "ServerStatus",
     "SessionPolicy",
     "TaskPolicy",
     "ToolNameError",
+    "ToolSpec",
     "apply_session_param",
     "approval_for",
     "call_denial",

@@ -1,0 +1,296 @@
+"""The sync face of MCP for one Host: `McpManager`.
+
+Thread-safe: any guest thread may list and call; every request runs on the
+manager's single event-loop thread against one persistent session per server
+(`connection.Connection`). A call never raises for a tool-level reason: it
+returns an `McpOutcome` whose content is the `role=tool` message, an error in
+SPEAR's shape when something failed, so the send always goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spearpy.mcp import results as r
+from spearpy.mcp.connection import Connection, McpError
+from spearpy.mcp.loop_thread import BridgeCancelled, BridgeTimeout, LoopClosed, LoopThread
+from spearpy.mcp.naming import spear_tool_name
+from spearpy.mcp.policy import match_any
+from spearpy.mcp.registry import RecordSource, Registry, ServerEntry
+from spearpy.observe.logs import get_logger
+
+# The bridge's own deadline sits this far past the loop's: the loop times the
+# call out cleanly first, the bridge only catches a loop that is stuck.
+BRIDGE_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool a server offers, SDK-free."""
+
+    server_id: str
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any] | None = None
+    title: str | None = None
+    annotations: Mapping[str, Any] | None = None
+
+    @property
+    def spear_name(self) -> str:
+        return spear_tool_name(self.server_id, self.name)
+
+    def to_openai(self, name: str | None = None) -> dict[str, Any]:
+        """A chat-completions `tools` entry, under SPEAR's name unless `name` is given."""
+        return {"type": "function", "function": {
+            "name": name or self.spear_name, "description": self.description,
+            "parameters": dict(self.input_schema) or {"type": "object"}}}
+
+
+@dataclass(frozen=True)
+class McpOutcome:
+    """The result of one call: `content` is the tool message."""
+
+    content: str
+    is_error: bool
+    code: str | None
+    duration_ms: float
+    server_id: str
+    tool: str
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    server_id: str
+    display_name: str
+    transport: str
+    source: str
+    state: str  # disabled | idle | starting | ready | failed | closed
+    disabled_reason: str | None
+    last_error: str | None
+    starts: int
+    pid: int | None
+    tools: tuple[str, ...] | None  # after allowed_tools; None = never listed
+    hidden_tools: int | None  # listed by the server but not in allowed_tools
+
+
+def _spec(server_id: str, tool: Any) -> ToolSpec:
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) \
+        if tool.annotations is not None else None
+    return ToolSpec(server_id, tool.name, tool.description or "", dict(tool.input_schema),
+                    tool.output_schema, tool.title, annotations)
+
+
+class McpManager:
+    """MCP servers for one Host: `list_tools`, `call_tool`, `status`, `close`."""
+
+    def __init__(self, servers: Registry | Iterable[RecordSource | ServerEntry] = (), *,
+                 environ: Mapping[str, str] | None = None,
+                 host_env: Mapping[str, str] | None = None) -> None:
+        if isinstance(servers, Registry):
+            self.registry = servers
+        else:
+            self.registry = Registry()
+            for item in servers:
+                self.registry.add_source(item, environ)
+        self._host_env = dict(host_env) if host_env is not None else None
+        self._loop = LoopThread()
+        self._conns: dict[str, Connection] = {}  # touched on the loop thread only
+        self._closed = False
+        self._log: Any = None
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _conn(self, server_id: str) -> Connection:
+        conn = self._conns.get(server_id)
+        if conn is None:
+            if self._log is None:
+                self._log = get_logger("spearpy.mcp")
+            entry = self.registry.entries[server_id]
+            conn = self._conns[server_id] = Connection(entry, self._log, self._host_env)
+        return conn
+
+    def _usable(self, server_id: str) -> ServerEntry:
+        if self._closed:
+            raise McpError(r.MCP_SERVER_UNAVAILABLE, "the MCP manager is closed")
+        entry = self.registry.get(server_id)
+        if entry is None:
+            raise McpError(r.MCP_UNKNOWN_SERVER, f"no MCP server {server_id!r} in the registry")
+        if entry.disabled_reason is not None:
+            raise McpError(r.MCP_SERVER_UNAVAILABLE,
+                           f"server {server_id!r} is disabled: {entry.disabled_reason}")
+        return entry
+
+    def _run(self, coro: Any, deadline: float, cancel: threading.Event | None) -> Any:
+        try:
+            return self._loop.run(coro, deadline=deadline + BRIDGE_GRACE_S, cancel=cancel)
+        except BridgeTimeout:
+            raise McpError(r.MCP_TIMEOUT, "the MCP loop did not answer in time") from None
+        except BridgeCancelled:
+            raise McpError(r.MCP_CANCELLED, "cancelled") from None
+        except LoopClosed:
+            raise McpError(r.MCP_SERVER_UNAVAILABLE, "the MCP manager is closed") from None
+
+    # -- tools -------------------------------------------------------------
+
+    def server_ids(self) -> tuple[str, ...]:
+        """The ids of the usable (not disabled) servers."""
+        return self.registry.enabled_ids()
+
+    def list_tools(self, server_id: str, *, deadline: float | None = None,
+                   cancel: threading.Event | None = None) -> list[ToolSpec]:
+        """The server's tools that its `allowed_tools` expose (cached until the
+        server says they changed, or restarts). Raises McpError."""
+        found, failed = self.collect_tools([server_id], deadline=deadline, cancel=cancel)
+        if server_id in failed:
+            raise failed[server_id]
+        return found[server_id]
+
+    def collect_tools(self, server_ids: Iterable[str], *, deadline: float | None = None,
+                      cancel: threading.Event | None = None,
+                      ) -> tuple[dict[str, list[ToolSpec]], dict[str, McpError]]:
+        """List several servers concurrently: (tools by server, failure by server).
+        One server failing removes only its tools."""
+        found: dict[str, list[ToolSpec]] = {}
+        failed: dict[str, McpError] = {}
+        ends: dict[str, float] = {}
+        now = time.monotonic()
+        for sid in dict.fromkeys(server_ids):
+            try:
+                entry = self._usable(sid)
+            except McpError as exc:
+                failed[sid] = exc
+                continue
+            end = now + entry.record.budgets.effective_list_timeout_ms / 1000
+            ends[sid] = end if deadline is None else min(end, deadline)
+        if not ends:
+            return found, failed
+
+        async def one(sid: str) -> tuple[str, list[Any] | McpError]:
+            try:
+                return sid, await self._conn(sid).list_tools(ends[sid])
+            except McpError as exc:
+                return sid, exc
+
+        async def every() -> list[tuple[str, list[Any] | McpError]]:
+            return await asyncio.gather(*(one(sid) for sid in ends))
+
+        try:
+            listed = self._run(every(), max(ends.values()), cancel)
+        except McpError as exc:
+            return found, {**failed, **dict.fromkeys(ends, exc)}
+        for sid, tools in listed:
+            if isinstance(tools, McpError):
+                failed[sid] = tools
+                continue
+            allowed = self.registry.entries[sid].record.allowed_tools
+            found[sid] = [_spec(sid, t) for t in tools if allowed and match_any(allowed, t.name)]
+        return found, failed
+
+    def call_tool(self, server_id: str, tool: str, arguments: Any, *,
+                  timeout_s: float | None = None, deadline: float | None = None,
+                  cancel: threading.Event | None = None,
+                  max_output_bytes: int | None = None) -> McpOutcome:
+        """Call `tool`; the record's budget, `timeout_s` and `deadline`
+        (monotonic), whichever ends first, bound it, and `cancel` stops it."""
+        start = time.monotonic()
+
+        def outcome(content: str, code: str | None, is_error: bool,
+                    cut: bool = False) -> McpOutcome:
+            return McpOutcome(content, is_error, code, (time.monotonic() - start) * 1000,
+                              server_id, tool, cut)
+
+        limit = 64 * 1024 if max_output_bytes is None else max_output_bytes
+        try:
+            entry = self._usable(server_id)
+            budgets = entry.record.budgets
+            limit = min(limit, budgets.max_tool_output_bytes)
+            allowed = entry.record.allowed_tools
+            if not allowed or not match_any(allowed, tool):
+                raise McpError(r.MCP_DENIED, f"tool {tool!r} is not in server {server_id!r}'s "
+                                             "allowed_tools")
+            if not isinstance(arguments, dict):
+                raise McpError(r.MCP_INVALID_ARGUMENTS, "arguments must be a JSON object")
+            if cancel is not None and cancel.is_set():
+                raise McpError(r.MCP_CANCELLED, "cancelled before the call")
+            budget_s = budgets.tool_timeout_ms / 1000
+            if timeout_s is not None:
+                budget_s = min(budget_s, timeout_s)
+            startup_s = budgets.effective_list_timeout_ms / 1000
+            end = start + startup_s + budget_s
+            if deadline is not None:
+                if deadline <= start:
+                    raise McpError(r.MCP_TIMEOUT, "the caller's deadline had already passed")
+                end = min(end, deadline)
+            result = self._run(self._call(server_id, tool, arguments, end, budget_s), end, cancel)
+        except McpError as exc:
+            return outcome(r.error_content(exc.code, exc.message, limit), exc.code, True)
+        rendered = r.render_result(result, limit)
+        return outcome(rendered.content, rendered.code, rendered.is_error, rendered.truncated)
+
+    async def _call(self, server_id: str, tool: str, arguments: dict[str, Any], end: float,
+                    budget_s: float) -> dict[str, Any]:
+        conn = self._conn(server_id)
+        known = conn.cached_tools()
+        if known is not None and tool not in {t.name for t in known}:
+            raise McpError(r.MCP_UNKNOWN_TOOL, f"server {server_id!r} has no tool {tool!r}")
+        result = await conn.call(tool, arguments, deadline=end, budget_s=budget_s)
+        wire: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return wire
+
+    # -- status and lifetime -----------------------------------------------
+
+    def status(self, *, probe: bool = False, deadline: float | None = None) -> list[ServerStatus]:
+        """One row per registry entry; `probe` starts each usable server and
+        lists its tools first (for `spearpy mcp list`)."""
+        if probe and not self._closed:
+            self.collect_tools(self.server_ids(), deadline=deadline)
+        snapshot: dict[str, tuple[Any, ...]] = {}
+        if self._loop.running:
+            async def snap() -> dict[str, tuple[Any, ...]]:
+                return {sid: (c.state, c.last_error, c.starts, c.pid, c.cached_tools())
+                        for sid, c in self._conns.items()}
+            try:
+                snapshot = self._loop.run(snap(), deadline=time.monotonic() + 5.0)
+            except (BridgeTimeout, LoopClosed):
+                snapshot = {}
+        rows = []
+        for entry in self.registry:
+            rec = entry.record
+            state, error, starts, pid, tools = snapshot.get(entry.server_id,
+                                                            ("idle", None, 0, None, None))
+            shown = hidden = None
+            if tools is not None:
+                names = [t.name for t in tools]
+                shown = tuple(n for n in names
+                              if rec.allowed_tools and match_any(rec.allowed_tools, n))
+                hidden = len(names) - len(shown)
+            rows.append(ServerStatus(entry.server_id, rec.display_name, rec.transport, entry.source,
+                                     "disabled" if not entry.enabled else state,
+                                     entry.disabled_reason, error, starts, pid, shown, hidden))
+        return rows
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every server (stdio processes are ended) and the loop thread."""
+        if self._closed:
+            return
+        self._closed = True
+
+        async def close_all() -> None:
+            conns = list(self._conns.values())
+            if conns:
+                await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+        self._loop.stop(close_all(), timeout)
+
+    def __enter__(self) -> McpManager:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,0 +1,137 @@
+"""One asyncio event loop in a daemon thread, and a sync bridge into it.
+
+The MCP SDK is async and its sessions are bound to the loop they were opened
+on, while the host is sync and threaded. A manager owns one `LoopThread`;
+every guest thread hands coroutines to it (`asyncio.run_coroutine_threadsafe`)
+and waits on the future with a deadline and a cancel event. A loop per call
+would reopen every session each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# How often a waiting caller looks at its cancel event. A result is returned
+# the moment it arrives; only noticing a cancel waits for this tick.
+CANCEL_POLL_S = 0.02
+
+
+class BridgeTimeout(Exception):
+    """The caller's deadline passed before the coroutine finished."""
+
+
+class BridgeCancelled(Exception):
+    """The caller's cancel event was set before the coroutine finished."""
+
+
+class LoopClosed(RuntimeError):
+    """The loop thread was stopped."""
+
+
+class LoopThread:
+    """Started on first use; `stop()` ends it. Thread-safe."""
+
+    def __init__(self, name: str = "spearpy-mcp") -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @property
+    def running(self) -> bool:
+        return self._loop is not None and not self._stopped
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._stopped:
+                raise LoopClosed("the MCP loop thread was stopped")
+            if self._loop is None:
+                ready = threading.Event()
+                loop = asyncio.new_event_loop()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=run, name=self._name, daemon=True)
+                thread.start()
+                ready.wait()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def in_loop_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        try:
+            loop = self.loop()
+        except LoopClosed:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], *, deadline: float | None = None,
+            cancel: threading.Event | None = None) -> T:
+        """Run `coro` on the loop and wait for its result.
+
+        `deadline` is a `time.monotonic()` value. When it passes or `cancel` is
+        set first, the coroutine is cancelled on the loop (its `finally`
+        blocks run there) and BridgeTimeout / BridgeCancelled is raised here
+        at once, without waiting for that cleanup."""
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError("LoopThread.run called from its own loop thread (would deadlock)")
+        future = self.submit(coro)
+        while True:
+            wait = None if cancel is None else CANCEL_POLL_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                wait = remaining if wait is None else min(wait, remaining)
+            try:
+                return future.result(timeout=None if wait is None else max(wait, 0.0))
+            except concurrent.futures.TimeoutError:
+                pass
+            except concurrent.futures.CancelledError:
+                raise LoopClosed("the MCP loop thread was stopped during the call") from None
+            if cancel is not None and cancel.is_set():
+                future.cancel()
+                raise BridgeCancelled()
+            if deadline is not None and time.monotonic() >= deadline:
+                future.cancel()
+                raise BridgeTimeout()
+
+    def stop(self, coro: Coroutine[Any, Any, Any] | None = None, timeout: float = 10.0) -> None:
+        """Run `coro` (the owner's cleanup) to completion, then stop the loop
+        and join the thread. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                if coro is not None:
+                    coro.close()
+                return
+            loop, thread = self._loop, self._thread
+            if loop is None:
+                self._stopped = True
+                if coro is not None:
+                    coro.close()
+                return
+        if coro is not None:
+            # Cleanup failing or hanging must not keep the loop alive.
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+        with self._lock:
+            self._stopped = True
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if not loop.is_running():
+            loop.close()
