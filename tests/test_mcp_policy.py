@@ -112,6 +112,8 @@ def test_worked_example_three_layers() -> None:
     assert tool_denial("read_secret", ["read_*"], TASK, session) == "in the task's tool denylist"
     assert tool_denial("write_file", ["*"], TASK, session) == "not in the task's tool allowlist"
     assert tool_denial("list_directory", ["*"], TASK, session) == "in the session's tool denylist"
+    # A session built around set-param still cannot reach past the task's bound.
+    assert effective_servers(registry, TASK, SessionPolicy(server_ids=("web", "fs"))) == ("fs",)
     # A server the registry lacks (or disabled) simply drops out.
     assert effective_servers(["fs"], TASK, session) == ("fs",)
     # The guest switching MCP off leaves nothing; MCP is off unless the task enables it.
