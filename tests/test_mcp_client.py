@@ -7,6 +7,7 @@ flood) rely on the manager restarting it, which is itself under test.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import structlog
 
-from spearpy.mcp import McpError, McpManager, load_registry
+from spearpy.mcp import Approval, McpError, McpManager, SessionPolicy, TaskPolicy, load_registry
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.mcp.transports import STDERR_LOG_BUDGET
 
@@ -108,7 +109,8 @@ def manager(http_servers: dict[str, tuple[int, subprocess.Popen[bytes]]],
               budgets={"tool_timeout_ms": 3000}),
         stdio("time", ["-m", "mcp_server_time", "--local-timezone", "UTC"]),
         {"server_id": "web", "transport": "streamable_http", "allowed_tools": ["*"],
-         "http": {"url": f"http://127.0.0.1:{http_ports['sse']}/mcp"},
+         "http": {"url": f"http://127.0.0.1:{http_ports['sse']}/mcp",
+                  "headers": {"X-Tenant": "${SPEARPY_TEST_MCP_TOKEN}"}},
          "budgets": {"tool_timeout_ms": 1500}},
         {"server_id": "web_ro", "transport": "streamable_http",
          "allowed_tools": ["echo", "a?d", "sleep"],
@@ -117,6 +119,8 @@ def manager(http_servers: dict[str, tuple[int, subprocess.Popen[bytes]]],
         {"server_id": "web_json", "transport": "streamable_http", "allowed_tools": ["*"],
          "http": {"url": f"http://127.0.0.1:{http_ports['json']}/mcp"}},
         stdio("gone", ["-c", "import sys; sys.stderr.write('nope\\n'); sys.exit(7)"]),
+        {"server_id": "missing", "transport": "stdio", "allowed_tools": ["*"],
+         "stdio": {"command": "/nonexistent/mcp-server"}},
         stdio("slow", ["-c", "import time; time.sleep(60)"], budgets={"list_timeout_ms": 400}),
         stdio("locked", [TOOLBOX], stdio={"command": sys.executable, "args": [TOOLBOX],
                                           "env": {"K": "${SPEARPY_TEST_UNSET_VARIABLE}"}}),
@@ -232,6 +236,7 @@ def test_stderr_goes_to_the_log_bounded_and_close_ends_the_server() -> None:
     assert any(e["event"] == "mcp server stderr over budget; the rest is not logged"
                for e in logs)
     assert not alive(pid)
+    assert mgr.status()[0].state == "closed"
     assert call(mgr, "noisy", "echo", text="x").code == "mcp_server_unavailable"
     with pytest.raises(McpError):
         mgr.list_tools("noisy")
@@ -370,6 +375,9 @@ def test_mcp_server_time_for_real(manager: McpManager) -> None:
 def test_streamable_http(manager: McpManager) -> None:
     assert "echo" in {t.name for t in manager.list_tools("web")}
     assert call(manager, "web", "echo", text="over http").content == "over http"
+    sent = json.loads(call(manager, "web", "headers").content)
+    assert sent["x-tenant"] == "tok-42"  # record headers, ${VAR} resolved
+    assert sent["accept-encoding"] == "identity"  # byte caps count what is read
     assert call(manager, "web_json", "add", a=1, b=2).content == "3"
     for server in ("web", "web_json"):  # SSE events and JSON bodies are both capped
         big = call(manager, server, "huge", size=3_000_000)
@@ -388,9 +396,32 @@ def test_tools_list_changed_refreshes_the_cache(manager: McpManager) -> None:
 
 
 def test_collect_tools_keeps_going_when_one_server_fails(manager: McpManager) -> None:
-    found, failed = manager.collect_tools(["time", "gone", "locked", "nowhere"])
-    assert set(found) == {"time"} and set(failed) == {"gone", "locked", "nowhere"}
+    found, failed = manager.collect_tools(["time", "gone", "locked", "nowhere", "missing"])
+    assert set(found) == {"time"} and set(failed) == {"gone", "locked", "nowhere", "missing"}
     assert failed["nowhere"].code == "mcp_unknown_server"
+    assert "cannot start '/nonexistent/mcp-server'" in failed["missing"].message
+
+
+def test_offered_tools_apply_all_three_layers(manager: McpManager) -> None:
+    task = TaskPolicy(enabled=True, default_server_ids=("web_ro",),
+                      allowed_server_ids=("web_ro", "time", "gone"), tool_denylist=("sleep",))
+    offered, failed = manager.offered_tools(task, SessionPolicy())
+    assert [(t.server_id, t.name) for t in offered] == [("web_ro", "echo"), ("web_ro", "add")]
+    session = SessionPolicy(server_ids=("time", "gone"), tool_allowlist=("get_*",))
+    offered, failed = manager.offered_tools(task, session)
+    assert [(t.server_id, t.name) for t in offered] == [("time", "get_current_time")]
+    assert set(failed) == {"gone"}  # its failure removes only its tools
+    assert manager.offered_tools(TaskPolicy(), SessionPolicy()) == ([], {})
+
+
+def test_approval_from_the_record(tmp_path: Path) -> None:
+    mgr = McpManager([stdio("ap", ["-c", "pass"], approval_policy={
+        "default_policy": "never", "per_tool": {"delete_*": "always", "drop": "deny"}})])
+    assert mgr.approval("ap", "read") is Approval.ALLOW
+    assert mgr.approval("ap", "delete_all") is Approval.ASK
+    assert mgr.approval("ap", "drop") is Approval.DENY
+    assert mgr.approval("nowhere", "read") is Approval.DENY
+    mgr.close()
 
 
 def test_status_rows(manager: McpManager) -> None:
@@ -410,3 +441,13 @@ def test_http_server_gone(manager: McpManager,
     out = call(manager, "web_json", "echo", text="anyone?")
     assert out.code == "mcp_server_unavailable"
     assert call(manager, "web", "echo", text="others live").content == "others live"
+
+
+def test_a_dropped_manager_still_ends_its_servers() -> None:
+    mgr = McpManager([stdio("orphan", ["-m", "mcp_server_time"])])
+    assert mgr.list_tools("orphan")
+    pid = mgr.status()[0].pid
+    assert alive(pid)
+    del mgr
+    gc.collect()
+    assert not alive(pid)

@@ -4,8 +4,12 @@ the id of an oversized reply, backoff, and the sync bridge to the loop thread.""
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,6 +107,24 @@ def test_bridge_deadline_and_cancel_stop_the_coroutine() -> None:
     loop.stop()
 
 
+def test_stop_from_the_loop_thread_itself() -> None:
+    loop = LoopThread("self-stopping")
+    cleaned = threading.Event()
+
+    async def cleanup() -> None:
+        cleaned.set()
+
+    async def stop_here() -> None:
+        loop.stop(cleanup())
+
+    loop.submit(stop_here())
+    assert cleaned.wait(3)
+    end = time.monotonic() + 3
+    while "self-stopping" in [t.name for t in threading.enumerate()]:
+        assert time.monotonic() < end
+        time.sleep(0.01)
+
+
 def test_bridge_refuses_to_deadlock_on_its_own_thread() -> None:
     loop = LoopThread()
 
@@ -118,3 +140,20 @@ def test_bridge_refuses_to_deadlock_on_its_own_thread() -> None:
 
     assert "own loop thread" in loop.run(nested())
     loop.stop()
+
+
+def test_pure_parts_never_load_the_sdk() -> None:
+    code = ("import sys, spearpy.mcp as m\n"
+            "m.TaskPolicy, m.ToolSpec, m.McpOutcome, m.load_registry, m.spear_tool_name\n"
+            "m.render_result, m.approval_for\n"
+            "print(sorted(n for n in sys.modules if n == 'mcp' or n.startswith('mcp.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_nothing_outside_spearpy_mcp_imports_the_sdk() -> None:
+    root = Path(__file__).resolve().parents[1] / "spearpy"
+    pattern = re.compile(r"^\s*(from|import)\s+(mcp|mcp_types)(\.|\s|$)", re.M)
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "mcp" not in p.relative_to(root).parts[:1] and pattern.search(p.read_text())]
+    assert offenders == []

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from spearpy.mcp.client import McpManager, McpOutcome, ServerStatus, ToolSpec
-    from spearpy.mcp.connection import McpError
+    from spearpy.mcp.client import McpManager
+    from spearpy.mcp.models import McpError, McpOutcome, ServerStatus, ToolSpec
     from spearpy.mcp.naming import (
         NameTable,
         ToolNameError,
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from spearpy.mcp.results import ERROR_CODES, error_content, render_result, truncate
 
 _WHERE = {
-    "McpManager": "client", "McpOutcome": "client", "ServerStatus": "client", "ToolSpec": "client",
-    "McpError": "connection",
+    "McpManager": "client",
+    "McpError": "models", "McpOutcome": "models", "ServerStatus": "models", "ToolSpec": "models",
     "NameTable": "naming", "ToolNameError": "naming", "is_mcp_name": "naming",
     "parse_tool_name": "naming", "spear_tool_name": "naming",
     "Approval": "policy", "SessionPolicy": "policy", "TaskPolicy": "policy",

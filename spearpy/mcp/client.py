@@ -12,72 +12,29 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from spearpy.mcp import results as r
-from spearpy.mcp.connection import Connection, McpError
+from spearpy.mcp.connection import Connection
 from spearpy.mcp.loop_thread import BridgeCancelled, BridgeTimeout, LoopClosed, LoopThread
-from spearpy.mcp.naming import spear_tool_name
-from spearpy.mcp.policy import match_any
+from spearpy.mcp.models import McpError, McpOutcome, ServerStatus, ToolSpec
+from spearpy.mcp.policy import (
+    Approval,
+    SessionPolicy,
+    TaskPolicy,
+    approval_for,
+    effective_servers,
+    match_any,
+    tool_denial,
+)
 from spearpy.mcp.registry import RecordSource, Registry, ServerEntry
 from spearpy.observe.logs import get_logger
 
 # The bridge's own deadline sits this far past the loop's: the loop times the
 # call out cleanly first, the bridge only catches a loop that is stuck.
 BRIDGE_GRACE_S = 2.0
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool a server offers, SDK-free."""
-
-    server_id: str
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-    output_schema: Mapping[str, Any] | None = None
-    title: str | None = None
-    annotations: Mapping[str, Any] | None = None
-
-    @property
-    def spear_name(self) -> str:
-        return spear_tool_name(self.server_id, self.name)
-
-    def to_openai(self, name: str | None = None) -> dict[str, Any]:
-        """A chat-completions `tools` entry, under SPEAR's name unless `name` is given."""
-        return {"type": "function", "function": {
-            "name": name or self.spear_name, "description": self.description,
-            "parameters": dict(self.input_schema) or {"type": "object"}}}
-
-
-@dataclass(frozen=True)
-class McpOutcome:
-    """The result of one call: `content` is the tool message."""
-
-    content: str
-    is_error: bool
-    code: str | None
-    duration_ms: float
-    server_id: str
-    tool: str
-    truncated: bool = False
-
-
-@dataclass(frozen=True)
-class ServerStatus:
-    server_id: str
-    display_name: str
-    transport: str
-    source: str
-    state: str  # disabled | idle | starting | ready | failed | closed
-    disabled_reason: str | None
-    last_error: str | None
-    starts: int
-    pid: int | None
-    tools: tuple[str, ...] | None  # after allowed_tools; None = never listed
-    hidden_tools: int | None  # listed by the server but not in allowed_tools
 
 
 def _spec(server_id: str, tool: Any) -> ToolSpec:
@@ -104,6 +61,9 @@ class McpManager:
         self._conns: dict[str, Connection] = {}  # touched on the loop thread only
         self._closed = False
         self._log: Any = None
+        # A manager dropped without close() (or alive at interpreter exit)
+        # still ends its servers: the finalizer holds no reference to self.
+        self._finalizer = weakref.finalize(self, _shutdown, self._loop, self._conns, 10.0)
 
     # -- plumbing ----------------------------------------------------------
 
@@ -193,6 +153,28 @@ class McpManager:
             found[sid] = [_spec(sid, t) for t in tools if allowed and match_any(allowed, t.name)]
         return found, failed
 
+    def offered_tools(self, task: TaskPolicy, session: SessionPolicy, *,
+                      deadline: float | None = None, cancel: threading.Event | None = None,
+                      ) -> tuple[list[ToolSpec], dict[str, McpError]]:
+        """The MCP tools one send offers under the three layers (registry and
+        `allowed_tools`, task, session), and the servers that failed to list."""
+        servers = effective_servers(self.server_ids(), task, session)
+        found, failed = self.collect_tools(servers, deadline=deadline, cancel=cancel)
+        offered = [spec for sid in servers for spec in found.get(sid, ())
+                   if tool_denial(spec.name, self.registry.entries[sid].record.allowed_tools,
+                                  task, session) is None]
+        return offered, failed
+
+    def approval(self, server_id: str, tool: str, *,
+                 host_default: Approval = Approval.ALLOW) -> Approval:
+        """What the record's `[approval_policy]` says about a call to `tool`."""
+        entry = self.registry.get(server_id)
+        if entry is None:
+            return Approval.DENY
+        policy = entry.record.approval_policy
+        return approval_for(tool, policy.default_policy, policy.per_tool,
+                            host_default=host_default)
+
     def call_tool(self, server_id: str, tool: str, arguments: Any, *,
                   timeout_s: float | None = None, deadline: float | None = None,
                   cancel: threading.Event | None = None,
@@ -271,26 +253,31 @@ class McpManager:
                 shown = tuple(n for n in names
                               if rec.allowed_tools and match_any(rec.allowed_tools, n))
                 hidden = len(names) - len(shown)
+            if not entry.enabled:
+                state = "disabled"
+            elif self._closed:
+                state = "closed"
             rows.append(ServerStatus(entry.server_id, rec.display_name, rec.transport, entry.source,
-                                     "disabled" if not entry.enabled else state,
+                                     state,
                                      entry.disabled_reason, error, starts, pid, shown, hidden))
         return rows
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self) -> None:
         """Stop every server (stdio processes are ended) and the loop thread."""
-        if self._closed:
-            return
         self._closed = True
-
-        async def close_all() -> None:
-            conns = list(self._conns.values())
-            if conns:
-                await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-
-        self._loop.stop(close_all(), timeout)
+        self._finalizer()
 
     def __enter__(self) -> McpManager:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _shutdown(loop: LoopThread, conns: dict[str, Connection], timeout: float) -> None:
+    async def close_all() -> None:
+        if conns:
+            await asyncio.gather(*(c.close() for c in list(conns.values())),
+                                 return_exceptions=True)
+
+    loop.stop(close_all(), timeout)

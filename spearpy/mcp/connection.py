@@ -31,6 +31,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from spearpy.mcp import results as r
+from spearpy.mcp.models import McpError
 from spearpy.mcp.registry import ServerEntry
 from spearpy.mcp.transports import (
     OVERSIZE_CODE,
@@ -47,15 +48,6 @@ MAX_TOOLS = 2000
 SERVER_LOG_BUDGET = 64 * 1024
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
-
-
-class McpError(Exception):
-    """A failure with one of the `results` codes, for the model to read."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def backoff_s(failures: int) -> float:
@@ -315,7 +307,10 @@ class Connection:
                                 f"{what}: {exc.message}; ask for less output")
             if exc.code == CONNECTION_CLOSED:
                 return await self._closed_during(what, exc.message, gen)
-            return McpError(r.MCP_TOOL_FAILED, f"{what}: server error {exc.code}: {exc.message}")
+            # A refused tools/call is the tool failing; a refused tools/list is
+            # a server that does not speak the part of MCP we need.
+            code = r.MCP_PROTOCOL_ERROR if what == "tools/list" else r.MCP_TOOL_FAILED
+            return McpError(code, f"{what}: server error {exc.code}: {exc.message}")
         if isinstance(exc, ValidationError | RuntimeError | ValueError):
             return McpError(r.MCP_PROTOCOL_ERROR, f"{what}: invalid reply: {str(exc)[:500]}")
         self._broken(gen)

@@ -124,6 +124,20 @@ class LoopThread:
                 if coro is not None:
                     coro.close()
                 return
+        if self.in_loop_thread():
+            # Stopped from its own thread (a finalizer run by the GC there):
+            # waiting here would deadlock, so clean up and stop from a task.
+            with self._lock:
+                self._stopped = True
+
+            async def then_stop() -> None:
+                if coro is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(coro, timeout)
+                loop.stop()
+
+            loop.create_task(then_stop())
+            return
         if coro is not None:
             # Cleanup failing or hanging must not keep the loop alive.
             with contextlib.suppress(Exception):

@@ -128,6 +128,12 @@ def env() -> dict[str, str]:
 
 
 @server.tool()
+def headers(ctx: Context) -> dict[str, str]:
+    """The HTTP request headers of this call (empty over stdio)."""
+    return dict(ctx.headers or {})
+
+
+@server.tool()
 def cwd() -> str:
     """The server's working directory."""
     return os.getcwd()
