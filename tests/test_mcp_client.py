@@ -273,14 +273,14 @@ def test_max_concurrency(manager: McpManager) -> None:
     first: list[Any] = []
     manager.list_tools("web_ro")
     runner = threading.Thread(target=lambda: first.append(
-        call(manager, "web_ro", "sleep", seconds=0.6)))
+        call(manager, "web_ro", "sleep", seconds=0.9)))
     runner.start()
-    time.sleep(0.15)
-    second = manager.call_tool("web_ro", "echo", {"text": "b"}, timeout_s=0.25)
+    time.sleep(0.3)
+    second = manager.call_tool("web_ro", "echo", {"text": "b"}, timeout_s=0.3)
     third = manager.call_tool("web_ro", "echo", {"text": "c"})  # waits, then runs
     runner.join()
     assert second.code == "mcp_timeout" and "slots busy" in second.content
-    assert first[0].content == "slept 0.6"
+    assert first[0].content == "slept 0.9"
     assert third.content == "c" and third.duration_ms > 100
     # The same server under another record (web) has its own slots.
     runner = threading.Thread(target=lambda: call(manager, "web_ro", "sleep", seconds=0.4))

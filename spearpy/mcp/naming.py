@@ -9,7 +9,8 @@ may also name a tool `mcp.<server_id>.<tool>`.
 OpenAI also caps a function name at 64 characters, and base64 grows a name by
 a third, so a long server id or tool name gives a SPEAR name the upstream
 rejects (the whole request fails, not just that tool). `NameTable` offers
-such a tool under a short hashed alias instead and routes it back.
+such a tool under a short alias instead (a hash plus the readable tool
+name) and routes it back.
 """
 
 from __future__ import annotations
@@ -110,10 +111,14 @@ def fits_openai(name: str) -> bool:
     return bool(OPENAI_NAME.match(name))
 
 
-def alias_name(server_id: str, tool: str) -> str:
-    """A short stable alias (30 characters) for a pair whose SPEAR name is too long."""
-    digest = hashlib.sha256(f"{server_id}\0{tool}".encode()).hexdigest()[:24]
-    return f"{ALIAS_PREFIX}{digest}"
+def alias_name(server_id: str, tool: str, max_len: int = OPENAI_MAX_LEN) -> str:
+    """A short stable alias for a pair whose SPEAR name is too long:
+    `mcp_h_<12 hex of sha256>_<the tool name, sanitised and cut>`. The hash
+    keeps it unique; the readable tail is what lets the model choose it."""
+    digest = hashlib.sha256(f"{server_id}\0{tool}".encode()).hexdigest()[:12]
+    head = f"{ALIAS_PREFIX}{digest}"
+    tail = re.sub(r"[^A-Za-z0-9_-]", "_", tool)[:max(max_len - len(head) - 1, 0)]
+    return f"{head}_{tail}" if tail else head
 
 
 @dataclass
@@ -136,7 +141,7 @@ class NameTable:
             return self._by_pair[pair]
         name = spear_tool_name(server_id, tool)
         if len(name) > self.max_len:
-            name = alias_name(server_id, tool)
+            name = alias_name(server_id, tool, self.max_len)
         self._by_name[name] = pair
         self._by_pair[pair] = name
         return name
