@@ -71,13 +71,17 @@ def test_sigkilled_batch_leaves_nothing_in_the_temp_dir(tmp_path: Path, scripted
         assert workers, "the batch runs no worker process"
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(WAIT_S) == -signal.SIGKILL
+        # Orphaned workers see their task pipe close, cancel their runs and exit.
+        _wait_until(lambda: all(_gone(pid) for pid in workers), "the orphaned workers to exit")
     finally:
         gate.release.set()
+        workers += _children(proc.pid) if proc.poll() is None else []
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    # Orphaned workers see their task pipe close, cancel their runs and exit.
-    _wait_until(lambda: all(_gone(pid) for pid in workers), "the orphaned workers to exit")
+        for pid in workers:  # only if the test failed: leave no process behind
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp.iterdir()) == []
     # Nothing hidden next to the results either: only the results file itself.
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
