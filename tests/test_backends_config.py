@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 from pathlib import Path
@@ -135,11 +137,15 @@ def test_the_guest_picks_a_backend_by_name(tmp_path: Path, dialect_server: Any,
 
 def test_a_backend_that_cannot_start_is_an_error_body_not_a_crash(
         tmp_path: Path, hosts: Any) -> None:
+    script = tmp_path / "gone.json"
+    script.write_text(json.dumps({"default": {"content": "hi"}}))
     path = write_config(tmp_path / "c.toml", {
-        "s": {"kind": "scripted", "script": "missing.json"}}, default="s")
-    backend, error = hosts(config_file=path).backend_for("s")
+        "s": {"kind": "scripted", "script": str(script)}}, default="s")
+    host = hosts(config_file=path)  # checked at start: the script is there
+    script.unlink()  # ... and gone by the time a guest asks for the backend
+    backend, error = host.backend_for("s")
     assert backend is None and error is not None
-    assert "backend 's' cannot start" in error and "missing.json" in error
+    assert "backend 's' cannot start" in error and "gone.json" in error
 
 
 def test_cli_config_and_backend_flags(tmp_path: Path) -> None:

@@ -28,14 +28,14 @@ def test_proc_exit_code_argv_and_stdout(make_host: Any) -> None:
 
 def test_guest_sees_no_host_environment_unless_asked(make_host: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPEARPY_TEST_SECRET", "do-not-leak")
+    monkeypatch.setenv("SPEARPY_TEST_VISIBLE", "do-not-leak")
     host = make_host()
     assert host.run(WASI).exit_code == 16
     assert host.run(WASI, invoke="env_dump").stdout == b""
     given = host.run(WASI, env={"A": "1", "B": "2"}, invoke="env_dump").stdout
     assert given == b"A=1\0B=2\0"
     inherited = host.run(WASI, inherit_env=True, invoke="env_dump").stdout or b""
-    assert b"SPEARPY_TEST_SECRET=do-not-leak\0" in inherited
+    assert b"SPEARPY_TEST_VISIBLE=do-not-leak\0" in inherited
 
 
 def test_trap_is_reported_with_its_name(make_host: Any) -> None:
