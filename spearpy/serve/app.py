@@ -1,0 +1,140 @@
+"""The ASGI app: `create_app(ServeConfig) -> Starlette`.
+
+Built eagerly (store opened, Host configured, modules directory checked) so
+a bad configuration fails where the app is created, not at the first
+request; the parts bound to the event loop start in the lifespan, which
+also drains the runs at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import JSONResponse, Response
+
+from spearpy.config import HostConfig
+from spearpy.host import Host
+from spearpy.observe.metrics import Metrics
+from spearpy.observe.redact import Redactor
+from spearpy.serve.config import ServeConfig
+from spearpy.serve.events import EventEncoder
+from spearpy.serve.fanout import Hub
+from spearpy.serve.modules import ModuleDir
+from spearpy.serve.problems import exception_handlers
+from spearpy.serve.routes import routes
+from spearpy.serve.runs import HostPool, RunManager
+from spearpy.serve.security import BodyCap, LoopbackHostOnly, TokenAuth
+from spearpy.serve.store import RunStore
+
+
+class Service:
+    """Everything a request handler reaches through `request.app.state.service`."""
+
+    def __init__(self, config: ServeConfig, host: Host | None) -> None:
+        self.config = config
+        self.modules = ModuleDir(config.modules_path)
+        base = host if host is not None else Host(config.host or HostConfig())
+        self.hosts = HostPool(base, owned=host is None)
+        # Every backend's key, not only the default one's: a guest may pick any.
+        self.redactor = Redactor.from_env([*base.key_envs(), "OPENAI_API_KEY"])
+        if config.token:
+            self.redactor.add(config.token)
+        self.encoder = EventEncoder(self.redactor, content=config.event_content,
+                                    max_content_bytes=config.max_event_content_bytes)
+        self.registry = CollectorRegistry()
+        self.metrics = Metrics(self.registry)
+        self.rejected = Counter("spearpy_serve_runs_rejected",
+                                "Runs refused with 429 (every slot busy)", registry=self.registry)
+        self.hub = Hub(config.replay_buffer)
+        try:
+            self.store = RunStore(config.state_path)
+        except BaseException:
+            self.hosts.close(0)
+            raise
+        self._runs: RunManager | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        Gauge("spearpy_serve_runs_active", "Runs in progress", registry=self.registry
+              ).set_function(lambda: self._runs.active if self._runs else 0)
+        Gauge("spearpy_serve_event_subscribers", "Open event streams",
+              registry=self.registry).set_function(lambda: self.hub.subscribers)
+
+    @property
+    def runs(self) -> RunManager:
+        if self._runs is None:
+            from spearpy.serve.problems import Problem
+
+            raise Problem(503, "the service is starting", slug="not-ready")
+        return self._runs
+
+    @property
+    def ready(self) -> bool:
+        return self._runs is not None and not self._runs.draining
+
+    def json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None
+             ) -> Response:
+        # The last line of defence: whatever a handler built, no key leaves.
+        return JSONResponse(self.redactor.value(data), status, headers=headers)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._runs = RunManager(self.config, self.hosts, self.store, self.hub, self.encoder,
+                                self.metrics, self._loop, self.rejected.inc)
+
+    def request_drain(self) -> None:
+        """From any thread (a signal handler, a test): stop taking runs and
+        start the grace period now."""
+        runs, loop = self._runs, self._loop
+        if runs is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(runs.drain)
+
+    async def stop(self) -> None:
+        runs = self._runs
+        if runs is not None:
+            await runs.drain()
+        await asyncio.to_thread(self.hosts.close, 5.0)
+        if runs is not None:
+            await asyncio.to_thread(runs.close)
+        await asyncio.to_thread(self.store.close)
+
+    def close_unstarted(self) -> None:
+        """For an app whose lifespan never ran."""
+        self.hosts.close(0)
+        self.store.close()
+
+
+def create_app(config: ServeConfig, host: Host | None = None) -> Starlette:
+    """The service as an ASGI app. `host`: run on this Host (yours to close)
+    instead of one built from `config.host`."""
+    service = Service(config, host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    middleware = [Middleware(TokenAuth, token=config.token, redactor=service.redactor),
+                  Middleware(BodyCap, max_bytes=config.max_body_bytes,
+                             redactor=service.redactor)]
+    if config.token is None:
+        # No token: only this machine may call, so refuse the Host names a
+        # DNS-rebinding page would send from a browser here.
+        middleware.insert(0, Middleware(LoopbackHostOnly, redactor=service.redactor))
+    app = Starlette(routes=routes(), middleware=middleware,
+                    exception_handlers=exception_handlers(service.redactor), lifespan=lifespan)
+    app.state.service = service
+    return app
+
+
+def static_dir() -> str:
+    return os.path.join(os.path.dirname(__file__), "static")

@@ -1,0 +1,78 @@
+"""`spearpy serve`: agents as a service (docs/serve.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from spearpy.cli.options import host_from_options, host_options
+from spearpy.serve.config import (
+    DEFAULT_PORT,
+    TOKEN_ENV,
+    ServeConfig,
+    check_bind,
+    default_state_dir,
+    token_from_env,
+)
+
+
+@click.command()
+@click.option("--modules", "modules_dir", required=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="directory of the *.wasm modules runs may name (nothing else is run)")
+@click.option("--host", "bind", default="127.0.0.1", show_default=True,
+              help="address to listen on; anything but loopback needs --token")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--state-dir", type=click.Path(file_okay=False),
+              help=f"where runs and their events are kept [{default_state_dir()}]")
+@click.option("--token", default=None,
+              help=f"bearer token every route but /healthz needs [env {TOKEN_ENV}]")
+@click.option("--max-concurrent", default=8, show_default=True, type=click.IntRange(1, 4096),
+              help="runs at once; more get 429 with Retry-After")
+@click.option("--grace", default=10.0, show_default=True, type=click.FloatRange(0),
+              help="seconds runs may finish in at SIGTERM/SIGINT before they are cancelled")
+@click.option("--max-body-bytes", default=1 << 20, show_default=True,
+              type=click.IntRange(1024), help="largest request body (413 beyond)")
+@click.option("--allow-model", "allow_models", multiple=True,
+              help="a model a request may pick (repeatable; default: none)")
+@click.option("--allow-backend", "allow_backends", multiple=True,
+              help="a backend a request may pick (repeatable; default: none)")
+@click.option("--no-event-content", is_flag=True,
+              help="events carry tool arguments and results only as sizes and hashes")
+@click.option("--access-log/--no-access-log", default=True, show_default=True)
+@host_options
+def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
+          max_concurrent: int, grace: float, max_body_bytes: int,
+          allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
+          no_event_content: bool, access_log: bool, **options: Any) -> None:
+    """Run agents from MODULES as a service: an HTTP API, live events and a web page.
+
+    The backend and limit options are those of `spearpy run`; the limits are
+    each run's defaults and maxima (a request may only lower them)."""
+    from spearpy.serve.app import create_app
+    from spearpy.serve.server import serve as serve_app
+    from spearpy.serve.store import StoreLocked
+
+    token = token_from_env(token)
+    try:
+        check_bind(bind, token)
+        config = ServeConfig(modules_dir=modules_dir, token=token,
+                             state_dir=state_dir or default_state_dir(),
+                             max_concurrent=max_concurrent, grace=grace,
+                             max_body_bytes=max_body_bytes, allow_models=allow_models,
+                             allow_backends=allow_backends, event_content=not no_event_content)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    host = host_from_options(options)
+    try:
+        app = create_app(config, host)
+    except (StoreLocked, OSError) as exc:
+        host.close()
+        raise click.ClickException(str(exc)) from exc
+    # create_app was given the Host, so it is this command's to close.
+    click.echo(f"spearpy serve: modules {modules_dir}, state {config.state_path}", err=True)
+    try:
+        serve_app(app, bind, port, grace, access_log=access_log)
+    finally:
+        host.close()

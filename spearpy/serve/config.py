@@ -1,0 +1,84 @@
+"""What the operator decides about a service: where modules and state live,
+who may call it, how many runs at once, and what a request may override."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spearpy.config import HostConfig
+
+TOKEN_ENV = "SPEARPY_SERVE_TOKEN"
+DEFAULT_PORT = 8700
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spearpy" / "serve"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    modules_dir: Path | str
+    state_dir: Path | str = field(default_factory=default_state_dir)
+    # None = no token: only safe on loopback, which `check_bind` enforces.
+    token: str | None = None
+    max_concurrent: int = 8
+    grace: float = 10.0  # seconds runs may finish in at shutdown before they are cancelled
+    max_body_bytes: int = 1 << 20
+    # Models and backends a request may pick; empty = the operator's choice only.
+    allow_models: tuple[str, ...] = ()
+    allow_backends: tuple[str, ...] = ()
+    # Tool arguments and results in events (redacted): the live view needs them,
+    # and the caller chose the run's input anyway. Off = sizes and hashes only.
+    event_content: bool = True
+    # Longest content string (tool argument, tool output, transcript) kept in
+    # one event; longer ones are cut with a marker, so one chatty tool cannot
+    # fill the store or a subscriber's memory.
+    max_event_content_bytes: int = 64 << 10
+    replay_buffer: int = 2048  # events per live run kept in memory for late subscribers
+    retry_after_s: int = 1
+    host: HostConfig | None = None  # None = HostConfig() (flags' env and defaults)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        if self.grace < 0:
+            raise ValueError("grace must not be negative")
+        if self.max_body_bytes < 1024:
+            raise ValueError("max_body_bytes must be at least 1024")
+        if self.token is not None and len(self.token) < 16:
+            # A short token is guessable and, below the Redactor's minimum
+            # secret length, would not be scrubbed from what the service returns.
+            raise ValueError("the token must be at least 16 characters")
+
+    @property
+    def modules_path(self) -> Path:
+        return Path(self.modules_dir)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir)
+
+
+def token_from_env(given: str | None) -> str | None:
+    return given if given else (os.environ.get(TOKEN_ENV) or None)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without a token: the API runs
+    code and spends the operator's model budget."""
+    if token is None and not is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without a token: give --token or "
+                         f"{TOKEN_ENV}, or bind 127.0.0.1")

@@ -1,0 +1,84 @@
+"""The modules a service may run: `*.wasm` files directly in --modules DIR.
+
+A request names a module, never a path. A name is checked twice: by its
+spelling (no separators, no leading dot), and by where it really leads
+(after every symlink, still a regular file directly inside DIR), so neither
+`../x.wasm` nor a symlink pointing out of the directory reaches a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from spearpy.errors import SpearpyError
+from spearpy.inspect import inspect_module
+from spearpy.serve.problems import Problem
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+MAX_MODULE_BYTES = 256 << 20
+
+
+class ModuleDir:
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory).resolve(strict=True)
+        if not self.root.is_dir():
+            raise ValueError(f"--modules {directory}: not a directory")
+        self._lock = threading.Lock()
+        self._reports: dict[str, dict[str, Any]] = {}  # sha256 -> inspect report
+
+    def path_of(self, name: str, missing: int = 404) -> tuple[str, Path]:
+        """The real file behind `name` (with or without `.wasm`), or a Problem
+        (`missing`: the status for a name that leads to no module). A symlink
+        to a module in the directory is the module under another name."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise Problem(422, f"module names are file names in the modules directory, "
+                               f"like agent.wasm: {name!r} is not one", slug="bad-module-name")
+        file_name = name if name.endswith(".wasm") else name + ".wasm"
+        try:
+            real = (self.root / file_name).resolve(strict=True)
+        except (OSError, RuntimeError):  # missing, or a symlink loop
+            real = None
+        if real is None or real.parent != self.root or not real.is_file() or \
+                real.suffix != ".wasm":
+            raise Problem(missing, f"no module {file_name!r} in the modules directory; "
+                               "GET /v1/modules lists them", slug="unknown-module")
+        return file_name, real
+
+    def names(self) -> list[str]:
+        found = []
+        for entry in sorted(self.root.iterdir()):
+            try:
+                self.path_of(entry.name)
+            except Problem:
+                continue
+            found.append(entry.name)
+        return found
+
+    def read(self, name: str, missing: int = 404) -> tuple[str, bytes]:
+        file_name, path = self.path_of(name, missing)
+        with path.open("rb") as f:
+            wasm = f.read(MAX_MODULE_BYTES + 1)
+        if len(wasm) > MAX_MODULE_BYTES:
+            raise Problem(422, f"module {file_name!r} is larger than {MAX_MODULE_BYTES} bytes",
+                          slug="module-too-large")
+        return file_name, wasm
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """What `spearpy inspect --json` says of the module, plus its name,
+        size and sha256; cached by content, so a replaced file is inspected anew."""
+        file_name, wasm = self.read(name)
+        digest = hashlib.sha256(wasm).hexdigest()
+        with self._lock:
+            report = self._reports.get(digest)
+        if report is None:
+            try:
+                report = inspect_module(wasm)
+            except SpearpyError as exc:
+                report = {"runnable": False, "problems": [str(exc)]}
+            with self._lock:
+                self._reports[digest] = report
+        return {"name": file_name, "bytes": len(wasm), "sha256": digest, **report}

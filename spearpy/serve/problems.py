@@ -1,0 +1,76 @@
+"""Every error as an RFC 9457 problem body: type, title, status, detail.
+
+Handlers turn anything a request can raise into one, including exceptions
+nobody expected, so a bad request never crashes the service or answers with
+an HTML page or a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from http import HTTPStatus
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from spearpy.observe.redact import Redactor
+
+PROBLEM_TYPE = "application/problem+json"
+_log = logging.getLogger("spearpy.serve")
+
+
+class Problem(Exception):
+    """Raised by any handler to answer with a problem body. `slug` names the
+    kind of problem (`urn:spearpy:problem:<slug>`); extra members go in `extra`."""
+
+    def __init__(self, status: int, detail: str, *, slug: str | None = None,
+                 headers: dict[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.slug = slug
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_body(status: int, detail: str, slug: str | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    return {"type": f"urn:spearpy:problem:{slug}" if slug else "about:blank",
+            "title": HTTPStatus(status).phrase, "status": status, "detail": detail, **extra}
+
+
+def problem_response(redactor: Redactor, status: int, detail: str, slug: str | None = None,
+                     headers: dict[str, str] | None = None, **extra: Any) -> Response:
+    # A detail may quote a request value or an upstream error: scrub it too.
+    body = redactor.value(problem_body(status, detail, slug, **extra))
+    return Response(json.dumps(body, ensure_ascii=False), status, headers=headers,
+                    media_type=PROBLEM_TYPE)
+
+
+def exception_handlers(redactor: Redactor) -> dict[Any, Any]:
+    async def on_problem(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
+        return problem_response(redactor, exc.status, exc.detail, exc.slug, exc.headers,
+                                **exc.extra)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        detail = exc.detail if exc.detail != HTTPStatus(exc.status_code).phrase else (
+            f"{request.method} {request.url.path}: {HTTPStatus(exc.status_code).phrase.lower()}")
+        return problem_response(redactor, exc.status_code, str(detail),
+                                headers=dict(exc.headers or {}))
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        # The traceback goes to the operator's log, never to the caller.
+        # Formatted and scrubbed first: an exception message may quote a key.
+        trace = "".join(traceback.format_exception(exc))
+        _log.error("unhandled error in %s %s\n%s", request.method, request.url.path,
+                   redactor.text(trace))
+        return problem_response(redactor, 500, "internal error; the service log has details",
+                                "internal")
+
+    return {Problem: on_problem, HTTPException: on_http, Exception: on_error}

@@ -1,0 +1,197 @@
+"""The HTTP API (docs/serve.md): runs, their live events, modules, metrics,
+health, the OpenAPI document, and the page's static files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from spearpy.errors import ModuleLoadError
+from spearpy.serve.fanout import follow, sse_message
+from spearpy.serve.openapi import OPENAPI
+from spearpy.serve.problems import Problem
+from spearpy.serve.schema import check_limits, check_overrides, parse_request, run_view
+from spearpy.serve.store import EventRow
+
+if TYPE_CHECKING:
+    from spearpy.serve.app import Service
+
+STATIC = os.path.join(os.path.dirname(__file__), "static")
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+async def _run_row(service: Service, run_id: str) -> dict[str, Any]:
+    row = await asyncio.to_thread(service.store.get_run, run_id)
+    if row is None:
+        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    return row
+
+
+async def create_run(request: Request) -> Response:
+    service = _service(request)
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        # Also what stops a page on another site from posting a plain form here.
+        raise Problem(415, "send the run as Content-Type: application/json",
+                      slug="unsupported-media-type")
+    try:
+        body = json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Problem(400, f"the body is not JSON: {exc}", slug="invalid-json") from None
+    run = parse_request(body)
+    check_overrides(run, service.config.allow_models, service.config.allow_backends)
+    runs = service.runs
+    limits = check_limits(run.limits, service.hosts.base.config)
+    runs.take_slot()
+    try:
+        name, wasm = await asyncio.to_thread(service.modules.read, run.module, 422)
+        host = await asyncio.to_thread(service.hosts.get, run.model, run.backend)
+        module = await asyncio.to_thread(host.load, wasm, name)
+        live = await runs.start(run, host, module, limits)
+    except ModuleLoadError as exc:
+        runs.give_slot()
+        raise Problem(422, f"module {run.module!r} cannot be loaded: {exc}",
+                      slug="module-load-error") from None
+    except BaseException:
+        runs.give_slot()
+        raise
+    if run.wait:
+        # Shielded: a client that hangs up stops waiting, not the run.
+        await asyncio.shield(live.done)
+    row = await _run_row(service, live.id)
+    view = run_view(row, full=run.wait, cancel_requested=live.cancel.is_set())
+    return service.json(view, 201, {"Location": view["urls"]["self"]})
+
+
+async def list_runs(request: Request) -> Response:
+    service = _service(request)
+    query = request.query_params
+    try:
+        limit = min(max(int(query.get("limit", "50")), 1), 500)
+        before = float(query["before"]) if "before" in query else None
+    except ValueError:
+        raise Problem(400, "limit must be an integer and before a timestamp",
+                      slug="bad-query") from None
+    status = query.get("status")
+    rows = await asyncio.to_thread(service.store.list_runs, limit, before, status)
+    live = service.runs.live
+    views = [run_view(row, full=False, cancel_requested=row["id"] in live and
+                      live[row["id"]].cancel.is_set()) for row in rows]
+    more = len(rows) == limit
+    return service.json({"runs": views,
+                         "next": f"/v1/runs?limit={limit}&before={rows[-1]['created_at']!r}"
+                                 if more else None})
+
+
+async def get_run(request: Request) -> Response:
+    service = _service(request)
+    run_id = request.path_params["run_id"]
+    row = await _run_row(service, run_id)
+    live = service.runs.live.get(run_id)
+    return service.json(run_view(row, full=True,
+                                 cancel_requested=live is not None and live.cancel.is_set()))
+
+
+async def cancel_run(request: Request) -> Response:
+    service = _service(request)
+    run_id = request.path_params["run_id"]
+    row = await _run_row(service, run_id)
+    if not service.runs.cancel(run_id, "request"):
+        row = await _run_row(service, run_id)  # it may have ended since the first read
+        raise Problem(409, f"run {run_id} already ended ({row['outcome']})",
+                      slug="run-ended", outcome=row["outcome"])
+    return service.json(run_view(row, full=False, cancel_requested=True), 202)
+
+
+async def run_events(request: Request) -> Response:
+    service = _service(request)
+    run_id = request.path_params["run_id"]
+    await _run_row(service, run_id)
+    last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    try:
+        cursor = int(last) if last not in (None, "") else -1
+    except ValueError:
+        raise Problem(400, f"Last-Event-ID must be an event seq, not {last!r}",
+                      slug="bad-last-event-id") from None
+    channel = service.hub.get(run_id)
+
+    async def read_store(after: int, before: int | None) -> list[EventRow]:
+        return await asyncio.to_thread(service.store.events, run_id, after, before)
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield b"retry: 2000\n\n"
+        async for row in follow(channel, read_store, cursor):
+            yield b": keep-alive\n\n" if row is None else sse_message(row)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def list_modules(request: Request) -> Response:
+    service = _service(request)
+    names = await asyncio.to_thread(service.modules.names)
+    described = [await asyncio.to_thread(service.modules.describe, n) for n in names]
+    return service.json({"modules": described})
+
+
+async def get_module(request: Request) -> Response:
+    service = _service(request)
+    name = request.path_params["name"]
+    return service.json(await asyncio.to_thread(service.modules.describe, name))
+
+
+async def metrics(request: Request) -> Response:
+    registry = _service(request).registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def healthz(request: Request) -> Response:
+    return _service(request).json({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    service = _service(request)
+    if not service.ready:
+        raise Problem(503, "not ready: starting or shutting down", slug="not-ready")
+    runs = service.runs
+    return service.json({"status": "ready", "active_runs": runs.active,
+                         "max_concurrent": service.config.max_concurrent})
+
+
+async def openapi(request: Request) -> Response:
+    return _service(request).json(OPENAPI)
+
+
+async def index(_request: Request) -> Response:
+    return FileResponse(os.path.join(STATIC, "index.html"),
+                        headers={"Cache-Control": "no-cache"})
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/", index, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/openapi.json", openapi, methods=["GET"]),
+        Route("/v1/modules", list_modules, methods=["GET"]),
+        Route("/v1/modules/{name}", get_module, methods=["GET"]),
+        Route("/v1/runs", create_run, methods=["POST"]),
+        Route("/v1/runs", list_runs, methods=["GET"]),
+        Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
+        Route("/v1/runs/{run_id}", cancel_run, methods=["DELETE"]),
+        Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+    ]

@@ -1,0 +1,255 @@
+"""Runs off the event loop: worker threads of one shared Host.
+
+A guest runs on a thread of a bounded pool (--max-concurrent); wasmtime
+releases the GIL while guest code runs and httpx while it waits on the
+model, so threads of one Host keep the compiled modules, the engine and the
+connection pools shared. The run's events go from its thread to the store,
+and once committed to the event loop (`call_soon_threadsafe`), where the
+run's channel hands them to subscribers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from spearpy.host import Host, LoadedModule
+from spearpy.instance import RUN_LIMITS
+from spearpy.observe.events import RUN_END, Event, FanOut
+from spearpy.outcome import RunResult, exit_code_for
+from spearpy.serve.config import ServeConfig
+from spearpy.serve.events import EventEncoder
+from spearpy.serve.fanout import Hub
+from spearpy.serve.problems import Problem
+from spearpy.serve.schema import RunRequest
+from spearpy.serve.store import EventRow, RunStore
+
+_log = logging.getLogger("spearpy.serve")
+
+
+@dataclass
+class LiveRun:
+    id: str
+    done: asyncio.Future[None]  # resolved on the loop once the end is committed
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str | None = None  # "request" (DELETE) or "shutdown"
+    last_seq: int = -1
+    final: EventRow | None = None  # the run_end event, held back to commit with the record
+
+
+class RunManager:
+    def __init__(self, config: ServeConfig, hosts: HostPool, store: RunStore, hub: Hub,
+                 encoder: EventEncoder, metrics_sink: Any,
+                 loop: asyncio.AbstractEventLoop, on_reject: Callable[[], None]) -> None:
+        self._config = config
+        self._hosts = hosts
+        self._store = store
+        self._hub = hub
+        self._encoder = encoder
+        self._metrics = metrics_sink
+        self._loop = loop
+        self._on_reject = on_reject
+        self._pool = ThreadPoolExecutor(config.max_concurrent,
+                                        thread_name_prefix="spearpy-serve-run")
+        self._slots = threading.BoundedSemaphore(config.max_concurrent)
+        self.live: dict[str, LiveRun] = {}
+        self.draining = False
+        self._drain: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> int:
+        return len(self.live)
+
+    def take_slot(self) -> None:
+        if self.draining:
+            raise Problem(503, "the service is shutting down", slug="shutting-down",
+                          headers={"Retry-After": str(self._config.retry_after_s)})
+        if not self._slots.acquire(blocking=False):
+            self._on_reject()
+            raise Problem(429, f"{self._config.max_concurrent} runs are in progress, the "
+                               "most this service runs at once; retry later",
+                          slug="too-many-runs",
+                          headers={"Retry-After": str(self._config.retry_after_s)},
+                          max_concurrent=self._config.max_concurrent)
+
+    def give_slot(self) -> None:
+        self._slots.release()
+
+    async def start(self, request: RunRequest, host: Host, module: LoadedModule,
+                    limits: dict[str, Any]) -> LiveRun:
+        """Record the run and hand it to a worker; the caller holds a slot."""
+        run_id = secrets.token_hex(8)
+        live = LiveRun(run_id, self._loop.create_future())
+        # The channel first: a subscriber who sees the record must find it.
+        self._hub.open(run_id)
+        self.live[run_id] = live
+        row = {"id": run_id, "created_at": time.time(), "status": "running",
+               "module": module.name, "sha256": module.sha256,
+               "request": {"args": request.args, "env": sorted(request.env),
+                           "stdin_bytes": len((request.stdin or "").encode()),
+                           "limits": limits, "limits_effective": _effective(host, limits),
+                           "loop_limits": {"max_iterations": host.config.max_iterations,
+                                           "max_tool_calls": host.config.max_tool_calls},
+                           "model": request.model, "backend": request.backend}}
+        try:
+            await asyncio.wrap_future(self._store.insert_run(row))
+            future = self._pool.submit(self._execute, live, host, module, request, limits)
+            future.add_done_callback(_report_failure)
+        except BaseException:
+            self.live.pop(run_id, None)
+            self._hub.publish(run_id, [], ended=True)
+            raise
+        return live
+
+    def cancel(self, run_id: str, reason: str) -> bool:
+        live = self.live.get(run_id)
+        if live is None:
+            return False
+        if live.cancel_reason is None:
+            live.cancel_reason = reason
+        live.cancel.set()
+        return True
+
+    # ---- on the worker thread ----------------------------------------------
+
+    def _execute(self, live: LiveRun, host: Host, module: LoadedModule, request: RunRequest,
+                 limits: dict[str, Any]) -> None:
+        result: RunResult | None = None
+        error: BaseException | None = None
+        try:
+            result = host.run(module, request.args, env=request.env or None,
+                              stdin=request.stdin, limits=limits or None,
+                              on_event=FanOut(lambda event: self._on_event(live, event),
+                                              self._metrics),
+                              cancel=live.cancel, capture_output=True)
+        except Exception as exc:  # Host.run raises only before the guest starts
+            error = exc
+        finally:
+            fields, final = self._final(live, result, error)
+            self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
+                self._ended, live, final))
+            self.give_slot()
+
+    def _on_event(self, live: LiveRun, event: Event) -> None:
+        row = self._encoder.row(event)
+        live.last_seq = event.seq
+        if event.kind == RUN_END:
+            live.final = row  # committed with the finished record, see _execute
+            return
+        self._store.append_events(live.id, [row], after=lambda: self._to_loop(
+            self._hub.publish, live.id, [row]))
+
+    def _to_loop(self, fn: Any, *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _final(self, live: LiveRun, result: RunResult | None,
+               error: BaseException | None) -> tuple[dict[str, Any], EventRow]:
+        if result is None:
+            result = RunResult(run_id="", exit_code=exit_code_for("host_error"),
+                               outcome="host_error", message=f"{type(error).__name__}: {error}")
+        message = result.message
+        if result.outcome == "cancelled" and live.cancel_reason == "shutdown":
+            message = (f"the service shut down and the run did not end within its "
+                       f"{self._config.grace:g} s grace")
+        elif result.outcome == "cancelled" and live.cancel_reason == "request":
+            message = "cancelled by DELETE /v1/runs/" + live.id
+        final = live.final or self._encoder.synthetic_end(
+            live.last_seq + 1, result.outcome, result.exit_code)
+        output = {"usage": result.usage, "elapsed_ms": round(result.elapsed_ms, 3),
+                  "stdout": (result.stdout or b"").decode("utf-8", "replace"),
+                  "stderr": (result.stderr or b"").decode("utf-8", "replace"),
+                  "transcripts": result.transcripts}
+        fields = {"status": "finished", "ended_at": time.time(), "outcome": result.outcome,
+                  "exit_code": result.exit_code, "message": self._encoder.redact(message),
+                  "host_run_id": result.run_id or None, "cancel_reason": live.cancel_reason,
+                  "result": self._encoder.redact(output)}
+        return fields, final
+
+    # ---- back on the loop ----------------------------------------------------
+
+    def _ended(self, live: LiveRun, final: EventRow) -> None:
+        self._hub.publish(live.id, [final], ended=True)
+        self.live.pop(live.id, None)
+        if not live.done.done():
+            live.done.set_result(None)
+
+    def drain(self) -> asyncio.Task[None]:
+        """Start shutting down once (on the loop); later calls return the same task.
+        Started by the signal, not only by the lifespan: uvicorn waits for open
+        connections (event streams, waiting POSTs) before the lifespan's turn,
+        and those end only when their runs do."""
+        if self._drain is None:
+            self.draining = True
+            self._drain = self._loop.create_task(self._shutdown(self._config.grace))
+        return self._drain
+
+    async def _shutdown(self, grace: float) -> None:
+        """Stop taking runs, give those in progress `grace` seconds, cancel the
+        rest (their outcome is `cancelled`, their message says why) and wait
+        for them to end."""
+        waiting = [live.done for live in self.live.values()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=grace)
+        left = list(self.live.values())
+        for live in left:
+            self.cancel(live.id, "shutdown")
+        if left:
+            # Guest code stops within an epoch tick; a request already on the
+            # wire ends when the host closes its clients (Host.close).
+            await asyncio.wait([live.done for live in left], timeout=5.0)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _effective(host: Host, limits: dict[str, Any]) -> dict[str, Any]:
+    """The limits the run gets: its own, else the service's (unset ones left out)."""
+    merged = {name: limits.get(name, getattr(host.config, name)) for name in sorted(RUN_LIMITS)}
+    return {name: value for name, value in merged.items() if value is not None}
+
+
+def _report_failure(future: Future[None]) -> None:
+    # _execute catches what a run raises; this is a bug in the service itself.
+    exc = future.exception()
+    if exc is not None:
+        _log.error("a run's worker failed", exc_info=exc)
+
+
+class HostPool:
+    """The operator's Host, and one more per model/backend a request may pick
+    (a Host's default model and backend are its configuration)."""
+
+    def __init__(self, host: Host, owned: bool) -> None:
+        self._base = host
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._hosts: dict[tuple[str | None, str | None], Host] = {(None, None): host}
+
+    @property
+    def base(self) -> Host:
+        return self._base
+
+    def get(self, model: str | None, backend: str | None) -> Host:
+        key = (model, backend)
+        with self._lock:
+            host = self._hosts.get(key)
+            if host is None:
+                update = {k: v for k, v in (("model", model), ("backend", backend)) if v}
+                host = self._hosts[key] = Host(self._base.config, **update)
+            return host
+
+    def close(self, grace: float) -> None:
+        with self._lock:
+            hosts = list(self._hosts.values())
+        for host in hosts:
+            if host is not self._base or self._owned:
+                host.close(grace)

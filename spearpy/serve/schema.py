@@ -1,0 +1,127 @@
+"""What a request may ask for, checked before anything runs, and what the
+API says about a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from spearpy.config import HostConfig
+from spearpy.instance import RUN_LIMITS
+from spearpy.serve.problems import Problem
+
+MAX_ARGS = 1024
+
+
+class RunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    module: str = Field(min_length=1, max_length=133)
+    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+    # Values only: a None (`--env NAME`, pass a host variable through) would let
+    # a caller read the service's own environment.
+    env: dict[str, str] = Field(default_factory=dict)
+    stdin: str | None = None
+    limits: dict[str, int | float] = Field(default_factory=dict)
+    model: str | None = None
+    backend: str | None = None
+    wait: bool = False
+
+    @field_validator("args")
+    @classmethod
+    def _no_nul_in_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if "\0" in arg:
+                raise ValueError("guest arguments cannot contain NUL")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not name or "=" in name or "\0" in name or "\0" in item:
+                raise ValueError(f"env names must be non-empty, without '=' or NUL, and "
+                                 f"values without NUL: {name!r}")
+        return value
+
+
+def parse_request(body: Any) -> RunRequest:
+    if not isinstance(body, dict):
+        raise Problem(422, "the body must be a JSON object", slug="invalid-request")
+    try:
+        return RunRequest.model_validate(body)
+    except ValidationError as exc:
+        errors = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+                  for e in exc.errors(include_url=False, include_input=False)]
+        first = errors[0]
+        raise Problem(422, f"{first['field']}: {first['message']}", slug="invalid-request",
+                      errors=errors) from None
+
+
+def check_limits(requested: dict[str, int | float], host: HostConfig) -> dict[str, Any]:
+    """The run's limits: a request may only tighten the operator's (the
+    service's own --timeout, --fuel, ... are the maxima)."""
+    unknown = sorted(set(requested) - RUN_LIMITS)
+    if unknown:
+        raise Problem(422, f"unknown limit {unknown[0]!r}; a run may set "
+                           f"{', '.join(sorted(RUN_LIMITS))}", slug="unknown-limit",
+                      limit=unknown[0])
+    for name, value in requested.items():
+        if isinstance(value, bool):
+            raise Problem(422, f"limits.{name} must be a number", slug="invalid-request",
+                          limit=name)
+        maximum = getattr(host, name)
+        if maximum is not None and value > maximum:
+            raise Problem(422, f"limits.{name} = {value:g} is over the service's maximum "
+                               f"{maximum:g}", slug="limit-exceeded", limit=name,
+                          maximum=maximum, requested=value)
+    try:
+        HostConfig.model_validate({**host.model_dump(), **requested})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0]) if error["loc"] else "limits"
+        raise Problem(422, f"limits.{name}: {error['msg']}", slug="invalid-request",
+                      limit=name) from None
+    return dict(requested)
+
+
+def check_overrides(request: RunRequest, models: tuple[str, ...],
+                    backends: tuple[str, ...]) -> None:
+    for field, value, allowed, flag in (("model", request.model, models, "--allow-model"),
+                                        ("backend", request.backend, backends,
+                                         "--allow-backend")):
+        if value is not None and value not in allowed:
+            listed = ", ".join(allowed) if allowed else "none"
+            raise Problem(422, f"{field} {value!r} is not one the operator allows "
+                               f"({flag}: {listed})", slug="override-not-allowed",
+                          field=field)
+
+
+def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
+             ) -> dict[str, Any]:
+    """A run as the API shows it: the request (env names only, stdin's size
+    only) and, once it ended, its result; `full` adds output and transcripts."""
+    request = row.get("request") or {}
+    result = row.get("result") or {}
+    run_id = row["id"]
+    view: dict[str, Any] = {
+        "id": run_id, "module": row["module"], "sha256": row.get("sha256"),
+        "status": row["status"], "outcome": row.get("outcome"),
+        "exit_code": row.get("exit_code"), "message": row.get("message") or "",
+        "cancel_requested": cancel_requested or row.get("cancel_reason") is not None,
+        "cancel_reason": row.get("cancel_reason"), "created_at": row["created_at"],
+        "ended_at": row.get("ended_at"), "elapsed_ms": result.get("elapsed_ms"),
+        "host_run_id": row.get("host_run_id"), "args": request.get("args", []),
+        "env": request.get("env", []), "stdin_bytes": request.get("stdin_bytes", 0),
+        "limits": request.get("limits", {}),
+        "limits_effective": request.get("limits_effective", {}),
+        "loop_limits": request.get("loop_limits", {}), "model": request.get("model"),
+        "backend": request.get("backend"), "usage": result.get("usage"),
+        "urls": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events",
+                 "page": f"/#/runs/{run_id}"},
+    }
+    if full:
+        view.update(stdout=result.get("stdout"), stderr=result.get("stderr"),
+                    transcripts=result.get("transcripts", []))
+    return view

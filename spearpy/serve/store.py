@@ -1,0 +1,247 @@
+"""The durable run store: SQLite in the state directory, one writer thread.
+
+Every run's record and every event go here before anyone is told about them:
+a subscriber is only sent an event once it is committed, so a replay from
+the store and the live stream never disagree, and a run a client has seen
+survives a crash. WAL lets readers (the API, on other threads) read while the
+writer commits; synchronous=NORMAL survives a killed process (not a power
+cut) without an fsync per event.
+
+One service per state directory (a lock file): a second one would mark the
+first one's runs as interrupted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
+    module TEXT NOT NULL, sha256 TEXT, request TEXT NOT NULL, outcome TEXT,
+    exit_code INTEGER, message TEXT, host_run_id TEXT, cancel_reason TEXT, result TEXT);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+"""
+_COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
+            "exit_code", "message", "host_run_id", "cancel_reason", "result")
+INTERRUPTED = "the service stopped while the run was in progress (crash or kill)"
+# Commits per batch: enough to keep up with many chatty runs, few enough that
+# the first event of a batch is not held back long.
+_BATCH = 512
+
+EventRow = tuple[int, str, str]  # seq, kind, JSON record
+AfterCommit = Callable[[], None]
+_log = logging.getLogger("spearpy.serve")
+
+
+class StoreLocked(RuntimeError):
+    """Another service already uses this state directory."""
+
+
+class RunStore:
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        directory = Path(state_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(directory / "serve.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StoreLocked(f"another spearpy serve uses the state directory {directory}"
+                              ) from None
+        self.path = directory / "runs.sqlite3"
+        self._db = self._connect()
+        self._db.executescript(_SCHEMA)
+        self.interrupted = self._recover()
+        self._readers: list[sqlite3.Connection] = []
+        self._local = threading.local()
+        self._readers_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], None],
+                                             Future[None], AfterCommit | None] | None]
+        self._queue = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name="spearpy-serve-store",
+                                        daemon=True)
+        self._writer.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                             timeout=30.0)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    def _recover(self) -> list[str]:
+        """Runs left `running` by a service that died: mark them interrupted and
+        end their event stream, so no client waits for them forever."""
+        now = time.time()
+        ids = [row[0] for row in self._db.execute("SELECT id FROM runs WHERE status='running'")]
+        self._db.execute("BEGIN IMMEDIATE")
+        for run_id in ids:
+            (last,) = self._db.execute("SELECT MAX(seq) FROM events WHERE run_id=?",
+                                       (run_id,)).fetchone()
+            seq = -1 if last is None else int(last)
+            record = {"kind": "run_end", "run_id": None, "seq": seq + 1, "ts": now, "fd": None,
+                      "outcome": "interrupted", "exit_code": None, "elapsed_ms": None,
+                      "service": True}
+            self._db.execute("INSERT INTO events VALUES (?,?,?,?)",
+                             (run_id, seq + 1, "run_end", json.dumps(record)))
+            self._db.execute("UPDATE runs SET status='interrupted', outcome='interrupted', "
+                             "ended_at=?, message=? WHERE id=?", (now, INTERRUPTED, run_id))
+        self._db.execute("COMMIT")
+        return ids
+
+    # ---- writes: queued to the writer thread, in order ----------------------
+
+    def _submit(self, apply: Callable[[sqlite3.Connection], None],
+                after: AfterCommit | None = None) -> Future[None]:
+        done: Future[None] = Future()
+        self._queue.put((apply, done, after))
+        return done
+
+    def insert_run(self, row: dict[str, Any]) -> Future[None]:
+        values = tuple(_column(row, name) for name in _COLUMNS)
+        sql = f"INSERT INTO runs VALUES ({','.join('?' * len(_COLUMNS))})"
+
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute(sql, values)
+
+        return self._submit(apply)
+
+    def append_events(self, run_id: str, rows: list[EventRow],
+                      after: AfterCommit | None = None) -> Future[None]:
+        def apply(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?)",
+                           [(run_id, *row) for row in rows])
+
+        return self._submit(apply, after)
+
+    def finish_run(self, run_id: str, fields: dict[str, Any], final: EventRow | None,
+                   after: AfterCommit | None = None) -> Future[None]:
+        """The run's end event and its final record in one transaction, so a
+        client that saw the end event reads the finished record."""
+        names = list(fields)
+        values = [_column(fields, name) for name in names]
+
+        def apply(db: sqlite3.Connection) -> None:
+            if final is not None:
+                db.execute("INSERT OR REPLACE INTO events VALUES (?,?,?,?)", (run_id, *final))
+            db.execute(f"UPDATE runs SET {', '.join(f'{n}=?' for n in names)} WHERE id=?",
+                       (*values, run_id))
+
+        return self._submit(apply, after)
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while item is not None and len(batch) < _BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(item)
+            ops = [op for op in batch if op is not None]
+            error: BaseException | None = None
+            try:
+                self._db.execute("BEGIN")
+                for apply, _done, _after in ops:
+                    apply(self._db)
+                self._db.execute("COMMIT")
+            except Exception as exc:  # disk full, a locked file: fail these writes, go on
+                error = exc
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            for _apply, done, after in ops:
+                if error is not None:
+                    done.set_exception(error)
+                    continue
+                done.set_result(None)
+                if after is not None:
+                    try:
+                        after()
+                    except Exception:  # a subscriber's problem must not stop the writer
+                        _log.exception("store: after-commit callback failed")
+            if len(ops) < len(batch):  # the stop marker: everything before it is written
+                return
+
+    # ---- reads: any thread, one read connection per thread ------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect()
+            db.execute("PRAGMA query_only=1")
+            self._local.db = db
+            with self._readers_lock:
+                self._readers.append(db)
+        return db
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        row = self._reader().execute(f"SELECT {','.join(_COLUMNS)} FROM runs WHERE id=?",
+                                     (run_id,)).fetchone()
+        return _record(row) if row is not None else None
+
+    def list_runs(self, limit: int, before: float | None = None,
+                  status: str | None = None) -> list[dict[str, Any]]:
+        where: list[str] = ["1"]
+        args: list[float | str] = []
+        if before is not None:
+            where.append("created_at < ?")
+            args.append(before)
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        rows = self._reader().execute(
+            f"SELECT {','.join(_COLUMNS)} FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
+        return [_record(row) for row in rows]
+
+    def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
+        upper = before if before is not None else 1 << 62
+        rows = self._reader().execute(
+            "SELECT seq, kind, record FROM events WHERE run_id=? AND seq>? AND seq<? "
+            "ORDER BY seq", (run_id, after, upper)).fetchall()
+        return [(int(seq), str(kind), str(record)) for seq, kind, record in rows]
+
+    def close(self) -> None:
+        """Write everything queued, then close; idempotent."""
+        if self._writer.is_alive():
+            self._queue.put(None)
+            self._writer.join()
+        with self._readers_lock:
+            for db in self._readers:
+                db.close()
+            self._readers.clear()
+        if self._lock_fd >= 0:
+            self._db.close()
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+
+def _column(row: dict[str, Any], name: str) -> Any:
+    value = row.get(name)
+    if name in ("request", "result") and value is not None:
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _record(row: tuple[Any, ...]) -> dict[str, Any]:
+    record = dict(zip(_COLUMNS, row, strict=True))
+    for name in ("request", "result"):
+        if record[name] is not None:
+            record[name] = json.loads(record[name])
+    return record
