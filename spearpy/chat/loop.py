@@ -41,6 +41,11 @@ from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
 from spearpy.chat.states import LoopEvent, LoopProtocolError, LoopState, next_state
 
 CACHE_HIT: Final = "cache_hit"
+TOOL_DENIED: Final = "tool_denied"
+# Tool.approval values (chat/registry.py).
+ALLOW: Final = "allow"
+DENY: Final = "deny"
+ASK: Final = "ask"
 UPSTREAM_BAD_RESPONSE: Final = "upstream_bad_response"
 INTERNAL_ERROR: Final = "internal_error"
 
@@ -89,6 +94,10 @@ class ToolLoop:
         self._final: Done | Failed | None = None
         self._cache: dict[tuple[str, str], str] = {}
         self._in_flight_key: tuple[str, str] | None = None
+        # The reply whose calls are being answered (its body ends a held send),
+        # and the calls the guest approved by sending AUTO with them pending.
+        self._reply: tuple[JSONDict, JSONDict] | None = None
+        self._approved: frozenset[str] = frozenset()
         self._start()
 
     # ---- public surface --------------------------------------------------
@@ -137,10 +146,11 @@ class ToolLoop:
         if body is None or message is None:
             self._fail(UPSTREAM_BAD_RESPONSE, bad_response_reason(body))
             return
-        _, calls = self.session.append_reply(message)
+        normalized, calls = self.session.append_reply(message)
         if not self.auto or not calls:
             self._finish(body)
             return
+        self._reply = (body, normalized)
         self._accept_calls(calls)
 
     def on_tool_result(self, call_id: str, outcome: ToolOutcome) -> None:
@@ -182,6 +192,7 @@ class ToolLoop:
                 "answer them with a tool message or send with AUTO_TOOL_CALL",
             )
         elif pending or (self.auto and self.limits.max_iterations <= 0):
+            self._approved = frozenset(call.id for call in pending)
             self._accept_calls(pending)
 
     def _accept_calls(self, calls: list[ToolCall]) -> None:
@@ -216,6 +227,15 @@ class ToolLoop:
                 if self._skip(call, abi.TOOL_UNKNOWN, f"no tool named {shown!r} is registered"):
                     return None
                 continue
+            if tool.approval != ALLOW:
+                if tool.approval == DENY:
+                    if self._skip(call, TOOL_DENIED, f"the host's policy denies calls of "
+                                                     f"{tool.name!r}"):
+                        return None
+                    continue
+                if call.id not in self._approved:
+                    self._hold(call)
+                    return None
             problem, canonical = self._check_arguments(tool, call)
             if problem is not None:
                 if self._skip(call, abi.TOOL_INVALID_ARGUMENTS, problem):
@@ -242,6 +262,20 @@ class ToolLoop:
             return action
         self._transition(LoopEvent.CALLS_ANSWERED)
         return None
+
+    def _hold(self, call: ToolCall) -> None:
+        """End the send with `call` and the calls after it pending for the guest,
+        which answers them itself or approves them by sending AUTO again."""
+        pending = [queued.id for queued in self._queue]
+        self._queue.clear()
+        if self._reply is None:  # held at the start: only a new reply is ever held
+            self._misuse("a call was held without a reply to return")
+        body, message = self._reply
+        out = with_session_tool_calls(body, message)
+        out["_spear"] = {**self._spear(), "pending_tool_calls": pending,
+                         "held": {"tool_call_id": call.id, "name": call.name,
+                                  "reason": "approval"}}
+        self._end(Done(out), LoopEvent.HELD)
 
     def _skip(self, call: ToolCall, code: str, message: str) -> bool:
         """Answer `call` with an error for the model; True when that ends the send."""

@@ -54,6 +54,10 @@ class Tool:
     spec: JSONDict  # always {"type":"function","function":{name, description?, parameters?}}
     # None only in the pure loop's own tests, which never call a tool.
     source: ToolSource | None = field(default=None, compare=False, repr=False)
+    # What the host's approval policy says of a call: "allow" runs it, "deny"
+    # answers the model with an error, "ask" leaves the call pending for the
+    # guest (an AUTO send with it still pending is the guest's approval).
+    approval: str = "allow"
     validator: Validator | None = field(default=None, compare=False, repr=False)
     # A compiled predicate for the common schema subset (chat/fastschema.py):
     # True means valid; False or None (no fast path) defers to `validator`.
@@ -126,20 +130,9 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
     if parameters is not None:
         if not isinstance(parameters, dict):
             raise _invalid('"parameters" must be a JSON object')
-        import jsonschema.validators
-        from jsonschema.exceptions import SchemaError
-
-        try:
-            jsonschema.validators.validator_for(parameters).check_schema(parameters)
-        except SchemaError as exc:
-            raise _invalid(
-                _clip(f'"parameters" is not a valid JSON Schema: {exc.message}')
-            ) from None
-        except RecursionError:
-            raise _invalid('"parameters" is nested too deeply') from None
-        problem = in_place_ref_problem(parameters)
+        problem = schema_problem(parameters)
         if problem is not None:
-            raise _invalid(f'"parameters": {problem}')
+            raise _invalid(f'"parameters" {problem}')
         function["parameters"] = parameters
 
     strict = fn.get("strict")
@@ -147,6 +140,22 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
         function["strict"] = strict  # OpenAI structured outputs; meaningful upstream
 
     return name, {"type": "function", "function": function}
+
+
+def schema_problem(parameters: JSONDict) -> str | None:
+    """Why a tool's parameters schema cannot be used (None if it can): not a
+    valid JSON Schema, or a $ref loop validation would never leave."""
+    import jsonschema.validators
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        jsonschema.validators.validator_for(parameters).check_schema(parameters)
+    except SchemaError as exc:
+        return _clip(f"is not a valid JSON Schema: {exc.message}")
+    except RecursionError:
+        return "is nested too deeply"
+    problem = in_place_ref_problem(parameters)
+    return None if problem is None else f"loops: {problem}"
 
 
 def _parameters(spec: JSONDict) -> JSONDict | None:
@@ -171,15 +180,22 @@ def _build_validator(spec: JSONDict) -> Validator | None:
 
 
 class ToolRegistry:
-    """Tools of one chat session, in registration order."""
+    """Tools of one chat session: the guest's own, in registration order, then
+    the groups a host source attaches for a send (MCP servers' tools).
+
+    A guest tool's name is never shadowed: an attached tool with the same
+    name is left out (and reported by `attach`)."""
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self._groups: dict[str, tuple[list[Tool], dict[str, str]]] = {}
+        self._attached: dict[str, Tool] = {}
+        self._aliases: dict[str, str] = {}
         self._specs: list[JSONDict] | None = None
 
     def add(self, name: str, ref: Any, spec: JSONDict,
             source: ToolSource | None = None) -> Tool:
-        """Register a tool; `spec` is the wrapped form from parse_tool_schema."""
+        """Register a guest tool; `spec` is the wrapped form from parse_tool_schema."""
         if name in self._tools:
             raise RegistryError(abi.EEXIST, f"tool {name!r} is already registered")
         tool = Tool(name=name, ref=ref, spec=spec, source=source,
@@ -188,22 +204,49 @@ class ToolRegistry:
         self._specs = None
         return tool
 
+    def attach(self, group: str, tools: list[Tool],
+               aliases: dict[str, str] | None = None) -> list[str]:
+        """Replace the tools of `group` (offered for the next send); `aliases`
+        maps other names a model may use to a tool's name. Returns the names
+        left out because a guest tool has them."""
+        clashes = [tool.name for tool in tools if tool.name in self._tools]
+        kept = [tool for tool in tools if tool.name not in self._tools]
+        self._groups[group] = (kept, dict(aliases or {}))
+        self._attached = {tool.name: tool for kept_tools, _ in self._groups.values()
+                          for tool in kept_tools}
+        self._aliases = {alias: name for _, group_aliases in self._groups.values()
+                         for alias, name in group_aliases.items() if name in self._attached}
+        self._specs = None
+        return clashes
+
+    @staticmethod
+    def build(name: str, ref: Any, spec: JSONDict, source: ToolSource,
+              approval: str = "allow") -> Tool:
+        """A tool for `attach`, with its argument checks compiled."""
+        return Tool(name=name, ref=ref, spec=spec, source=source, approval=approval,
+                    validator=_build_validator(spec), check=_build_check(spec))
+
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None and self._attached:
+            tool = self._attached.get(self._aliases.get(name, name))
+        return tool
 
     def specs(self) -> list[JSONDict] | None:
-        """The `tools` array for upstream, or None when no tool is registered.
+        """The `tools` array for upstream, or None when no tool is offered.
 
         The list is shared between sends; callers must not mutate it.
         """
-        if not self._tools:
+        if not self._tools and not self._attached:
             return None
         if self._specs is None:
             self._specs = [tool.spec for tool in self._tools.values()]
+            self._specs += [tool.spec for tool in self._attached.values()]
         return self._specs
 
     def __len__(self) -> int:
         return len(self._tools)
 
     def __contains__(self, name: object) -> bool:
+        """Whether the guest registered `name` (attached tools do not count)."""
         return name in self._tools

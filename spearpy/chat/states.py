@@ -28,6 +28,9 @@ class LoopState(Enum):
 class LoopEvent(Enum):
     CALLS_RECEIVED = "calls_received"
     CALLS_ANSWERED = "calls_answered"
+    # A call the host's approval policy holds for the guest: the send ends
+    # with it (and the calls after it) pending, as a plain send would.
+    HELD = "held"
     FINISHED = "finished"
     FAIL = "fail"
     INTERRUPT = "interrupt"
@@ -42,6 +45,7 @@ TRANSITIONS: Final[dict[LoopState, dict[LoopEvent, LoopState]]] = {
     },
     LoopState.ACTING: {
         LoopEvent.CALLS_ANSWERED: LoopState.THINKING,
+        LoopEvent.HELD: LoopState.COMPLETED,
         LoopEvent.FAIL: LoopState.FAILED,
         LoopEvent.INTERRUPT: LoopState.INTERRUPTED,
     },
