@@ -9,6 +9,7 @@ use the SPEARPY_ prefix (SPEARPY_MODEL, SPEARPY_TIMEOUT, ...).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator
@@ -86,6 +87,13 @@ class HostConfig(BaseSettings):
     max_host_bytes: int = Field(256 << 20, ge=1 << 20)
 
     cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
+
+    # MCP tool servers: directories of SPEAR registry records (mcp.d/*.toml).
+    mcp_dirs: list[Path] = Field(default_factory=list)
+    # The task layer of every run, in SPEAR's task-config keys (mcp.enabled,
+    # mcp.default_server_ids, mcp.allowed_server_ids, mcp.tool_allowlist,
+    # mcp.tool_denylist); Host.run(task_params=...) adds to it per run.
+    task_params: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("base_url")
     @classmethod
