@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
 from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
+from spearpy.hosttools import HostTools, task_policy
 from spearpy.instance import GuestLogSink, GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
@@ -34,6 +35,7 @@ from spearpy.secret_env import passed_through
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.session import ChatSession
+    from spearpy.pytools import PythonTools
 
 # Epoch ticks drive deadline and cancel checks inside running wasm: 10 ms
 # bounds how late a deadline fires while costing ~100 wakeups a second.
@@ -87,7 +89,12 @@ def _engine_config() -> wasmtime.Config:
 
 
 class Host:
-    def __init__(self, config: HostConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, config: HostConfig | None = None, *,
+                 python_tools: PythonTools | None = None,
+                 mcp_servers: Iterable[Any] = (), **overrides: Any) -> None:
+        """`python_tools` are offered to every session; `mcp_servers` adds MCP
+        registry records (ServerRecord objects, dicts in the TOML shape, or
+        paths) to the `mcp_dirs` ones."""
         if config is None:
             config = HostConfig(**overrides)
         elif overrides:
@@ -105,6 +112,11 @@ class Host:
         self._own_names: set[str] = set()  # names given to use_backend
         # Read now: a broken config file or cassette fails the Host, not a send.
         self._catalog = BackendCatalog.from_config(config)
+        # The task layer is the operator's: a typo in it fails the Host.
+        self.task_policy = task_policy(config.task_params)
+        self.tools = HostTools(
+            python_tools=python_tools, mcp_dirs=config.mcp_dirs, mcp_servers=mcp_servers,
+            secrets=[os.environ.get(name, "") for name in self.key_envs()])
         self._ticker = _EpochTicker(self.engine)
         self._closed = False
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
@@ -250,12 +262,15 @@ class Host:
         cancel: threading.Event | None = None,
         limits: dict[str, Any] | None = None,
         on_guest_log: GuestLogSink | None = None,
+        task_params: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
         max_log_bytes, max_host_bytes (validated like HostConfig; unknown keys
         are a ValueError). `on_guest_log(level, text)` receives the guest's
         `log` calls instead of stderr (e.g. to keep a JSON log stream JSON).
+        `task_params` adds SPEAR task-layer keys (`mcp.enabled`, ...) to the
+        host's for this run (a bad one is a ValueError naming it).
 
         `env` sets guest variables; a None value passes that variable through
         from this process's environment (`--env NAME`), the only way to give
@@ -280,6 +295,8 @@ class Host:
             stdin=stdin.encode() if isinstance(stdin, str) else stdin, dirs=list(dirs or []),
             invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
             limits=dict(limits) if limits else None, guest_log=on_guest_log,
+            task=self.task_policy if not task_params else
+            task_policy({**self.config.task_params, **task_params}),
         )
         run = GuestRun(self, loaded, options)
         with self._lock:
@@ -339,6 +356,7 @@ class Host:
             for backend in self._backends.values():
                 backend.close()
             self._backends.clear()
+        self.tools.close()
 
     def __enter__(self) -> Host:
         return self

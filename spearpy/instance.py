@@ -34,6 +34,7 @@ from spearpy.secret_env import guest_env
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
     from spearpy.host import Host, LoadedModule
+    from spearpy.mcp.policy import TaskPolicy
 
 _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 _UNLIMITED_FUEL = (1 << 63) - 1
@@ -59,6 +60,8 @@ class RunOptions:
     limits: dict[str, Any] | None = None
     # Receives (level, text) of each guest `log` call instead of stderr.
     guest_log: GuestLogSink | None = None
+    # The run's MCP task layer (None: MCP is off for this run).
+    task: TaskPolicy | None = None
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
@@ -149,10 +152,21 @@ class GuestRun:
         run ends with memory_limit (noted, then raised as HostInterrupt)."""
         self.host_bytes += nbytes
         if self.host_bytes > self.config.max_host_bytes:
-            self.note_interrupt("memory_limit", (
-                f"the guest made the host keep more than {self.config.max_host_bytes} bytes "
-                f"for it (last: {what}; max_host_bytes)"))
-            self.check_interrupt()
+            self._over_budget(what)
+
+    def reserve_bytes(self, nbytes: int, what: str) -> None:
+        """Before reading or building something the host would keep: end the
+        run with memory_limit now if `nbytes` more would pass max_host_bytes.
+        Nothing is counted (`charge` does that once the thing is kept), so a
+        call refused later for another reason costs the budget nothing."""
+        if self.host_bytes + nbytes > self.config.max_host_bytes:
+            self._over_budget(what)
+
+    def _over_budget(self, what: str) -> None:
+        self.note_interrupt("memory_limit", (
+            f"the guest made the host keep more than {self.config.max_host_bytes} bytes "
+            f"for it (last: {what}; max_host_bytes)"))
+        self.check_interrupt()
 
     def _check_any_interrupt(self) -> None:
         reason = self.interrupt_reason()

@@ -103,7 +103,7 @@ def test_set_param_stores_checks_and_unsets() -> None:
     session = ChatSession(1000)
     assert session.set_param("temperature", 0.3) == 0
     assert session.set_param("max_tool_calls", 4) == 0
-    assert session.set_param("stream", True) == abi.EINVAL
+    assert session.set_param("n", 2) == abi.EINVAL
     assert session.set_param("mcp.servers", []) == abi.EACCES
     assert session.set_param("max_iterations", "3") == abi.EINVAL
     assert session.params == {"temperature": 0.3, "max_total_tool_calls": 4}

@@ -58,6 +58,8 @@ class Tool:
     # answers the model with an error, "ask" leaves the call pending for the
     # guest (an AUTO send with it still pending is the guest's approval).
     approval: str = "allow"
+    # Where the source found it, for events and metrics: an MCP server's id.
+    origin: str | None = None
     validator: Validator | None = field(default=None, compare=False, repr=False)
     # A compiled predicate for the common schema subset (chat/fastschema.py):
     # True means valid; False or None (no fast path) defers to `validator`.
@@ -221,10 +223,11 @@ class ToolRegistry:
 
     @staticmethod
     def build(name: str, ref: Any, spec: JSONDict, source: ToolSource,
-              approval: str = "allow") -> Tool:
+              approval: str = "allow", origin: str | None = None) -> Tool:
         """A tool for `attach`, with its argument checks compiled."""
         return Tool(name=name, ref=ref, spec=spec, source=source, approval=approval,
-                    validator=_build_validator(spec), check=_build_check(spec))
+                    origin=origin, validator=_build_validator(spec),
+                    check=_build_check(spec))
 
     def get(self, name: str) -> Tool | None:
         tool = self._tools.get(name)

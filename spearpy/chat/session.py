@@ -62,6 +62,14 @@ class ChatSession:
             self.params[key] = value
         return 0
 
+    def store_param(self, key: str, value: object) -> None:
+        """Keep a param a host policy has already checked (the MCP keys, which
+        only the run's task layer can judge); None unsets it. Never sent upstream."""
+        if value is None:
+            self.params.pop(key, None)
+        else:
+            self.params[key] = value
+
     # ---- tool-call bookkeeping ------------------------------------------
 
     def pending_calls(self) -> list[ToolCall]:

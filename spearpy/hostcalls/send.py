@@ -25,7 +25,7 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.fdtable import ChatResponse
+from spearpy.fdtable import ChatResponse, FdKind
 from spearpy.hostcalls import upstream
 from spearpy.observe import events as ev
 
@@ -62,7 +62,13 @@ def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -
                             rc=None, duration_ms=0.0, output_bytes=0,
                             error=None if note.code == "cache_hit" else note.code,
                             cached=note.code == "cache_hit", iteration=iteration,
-                            executed=False)
+                            executed=False, registered=_registered(run, fd, note.call.name))
+
+
+def _registered(run: GuestRun, fd: int, name: str) -> bool:
+    # Metrics use a call's name as a label only when it names a registered tool.
+    session = run.fds.get(fd, FdKind.CHAT_SESSION)
+    return session is not None and name in session.registry
 
 
 def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
@@ -82,6 +88,10 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                      "--model / SPEARPY_MODEL")
         run.events.emit(ev.SEND_END, fd, outcome="error", error="no_model")
         return response
+    run.host.tools.attach(
+        session, run.options.task, deadline=run.effective_deadline(), cancel=run.cancel_event,
+        on_failure=lambda server, why: run.events.emit(
+            ev.SOURCE_UNAVAILABLE, fd, source="mcp", server=server, reason=why))
     limits = resolve_limits(params, run.host.limit_policy)
     loop = ToolLoop(session, limits, auto=auto, backend=backend.name, model=model,
                     metrics_enabled=bool(flags & abi.SEND_ENABLE_METRICS))
@@ -143,6 +153,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 args_bytes=len(action.arguments.encode()), cached=False,
                                 iteration=loop.stats.iterations, executed=True,
                                 source=source.kind if source else None,
+                                server=action.tool.origin,
                                 content={"arguments": action.arguments})
             outcome = (source.call(action.tool.ref, action.arguments, budget)
                        if source is not None else _no_source(call.name))
@@ -153,6 +164,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 error=outcome.error_code, cached=False,
                                 iteration=loop.stats.iterations, executed=True,
                                 source=source.kind if source else None,
+                                server=action.tool.origin,
                                 content={"output": outcome.output})
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats

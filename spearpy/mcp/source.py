@@ -64,7 +64,7 @@ class McpTools:
             approval = self._manager.approval(spec.server_id, spec.name)
             offer.tools.append(ToolRegistry.build(
                 name, (spec.server_id, spec.name), wire, self,
-                approval=_APPROVALS.get(approval, "deny")))
+                approval=_APPROVALS.get(approval, "deny"), origin=spec.server_id))
             # SPEAR's spellings route to the same tool, whatever name was offered.
             offer.aliases[f"mcp.{spec.server_id}.{spec.name}"] = name
             offer.aliases[spec.spear_name] = name

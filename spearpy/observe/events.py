@@ -28,13 +28,16 @@ TOKEN = "token"
 TOOL_START = "tool_start"
 TOOL_END = "tool_end"
 LIMIT_HIT = "limit_hit"
+# A tool source (an MCP server) could not offer its tools for a send; the
+# send goes on without them. data: source, server, reason.
+SOURCE_UNAVAILABLE = "source_unavailable"
 SEND_END = "send_end"
 SESSION_CLOSE = "session_close"
 RUN_START = "run_start"
 RUN_END = "run_end"
 
 KINDS = (RUN_START, SEND_START, COMPLETION_START, TOKEN, COMPLETION_END, TOOL_START, TOOL_END,
-         LIMIT_HIT, SEND_END, SESSION_CLOSE, RUN_END)
+         LIMIT_HIT, SOURCE_UNAVAILABLE, SEND_END, SESSION_CLOSE, RUN_END)
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,6 +232,8 @@ def _describe(event: ev.Event) -> tuple[str, str]:
             return ("warning" if failed and not data.get("cached") else "info"), "tool call ended"
         case ev.LIMIT_HIT:
             return "warning", "limit hit"
+        case ev.SOURCE_UNAVAILABLE:
+            return "warning", "tool source unavailable"
         case ev.SESSION_CLOSE:
             return "debug", "session closed"
     return "info", event.kind
