@@ -74,7 +74,8 @@ def wait_for(client: httpx.Client, run_id: str, timeout: float = 30.0) -> dict[s
     raise AssertionError(f"run {run_id} still running after {timeout} s")
 
 
-def assert_problem(response: httpx.Response, status: int, slug: str | None = None) -> dict[str, Any]:
+def assert_problem(response: httpx.Response, status: int,
+                   slug: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     body: dict[str, Any] = response.json()

@@ -16,6 +16,7 @@ from spearpy.observe.transcripts import truncate_tool_contents
 from spearpy.serve.store import EventRow
 
 _CONTENT = ("arguments", "output")
+TOKEN = "token"  # streamed text deltas (spearpy.observe.events.TOKEN where streaming exists)
 
 
 def cut_text(text: str, limit: int) -> str:
@@ -43,6 +44,11 @@ class EventEncoder:
                     record[name] = cut_text(record[name], self._max)
             if event.kind == SESSION_CLOSE and event.content:
                 record["transcript"] = self._transcript(event.content.get("transcript"))
+            elif event.kind == TOKEN and event.content:
+                # A streamed delta: the live view appends it to the reply.
+                text = event.content.get("text")
+                if isinstance(text, str):
+                    record["text"] = cut_text(text, self._max)
         redacted: dict[str, Any] = self._redactor.value(record)
         return redacted
 

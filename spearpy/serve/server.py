@@ -52,6 +52,12 @@ class _DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._app.state.service.request_drain()
         super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal once it has stopped, so the process
+        # dies of it; a drained service has done what the signal asked and
+        # exits 0, as process managers expect of a clean stop.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

@@ -169,12 +169,12 @@ class RunStore:
                 if error is not None:
                     done.set_exception(error)
                     continue
-                done.set_result(None)
                 if after is not None:
                     try:
                         after()
                     except Exception:  # a subscriber's problem must not stop the writer
                         _log.exception("store: after-commit callback failed")
+                done.set_result(None)
             if len(ops) < len(batch):  # the stop marker: everything before it is written
                 return
 

@@ -222,7 +222,10 @@ function toolCard(d) {
   const card = el("div", "tool-card running");
   card.dataset.tool = d.name;
   const head = el("div", "tool-head");
-  head.append(el("span", "tool-name mono", d.name), el("span", "badge source-" + (d.source || "host"), d.source || (d.executed ? "guest" : "host")),
+  const source = d.source || (d.executed ? "guest" : "host");
+  const badge = el("span", "badge source-" + source, source + (d.server ? " · " + d.server : ""));
+  badge.title = "where the tool ran";
+  head.append(el("span", "tool-name mono", d.name), badge,
     el("span", "muted small", "iteration " + d.iteration), el("span", "tool-state", d.cached ? "cached" : "running…"));
   const body = el("div", "tool-body");
   const args = el("div", "tool-section");
@@ -279,6 +282,7 @@ const handlers = {
     result.replaceChildren(el("div", "label", d.error ? "error" : "result"),
       el("pre", "mono", d.output !== undefined ? pretty(d.output) : `${d.output_bytes} bytes · sha256 ${d.output_sha256 || "?"}`));
   },
+  source_unavailable(d) { note(session(d.fd), `tool source unavailable: ${d.source}${d.server ? " " + d.server : ""}: ${d.reason}`, "warn"); },
   limit_hit(d) { note(session(d.fd), `limit reached: ${d.limit} (${d.value})`, "warn"); },
   send_end(d) {
     const u = d.usage ? ` · ${d.usage.total_tokens} tokens` : "";
@@ -319,6 +323,15 @@ const handlers = {
     showResult();
   },
 };
+
+const ENVELOPE = new Set(["kind", "run_id", "seq", "ts", "fd"]);
+
+function describeUnknown(event) {
+  // A kind this page does not know yet: show it rather than drop it.
+  const fields = Object.entries(event).filter(([k]) => !ENVELOPE.has(k))
+    .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`);
+  return `${event.kind}${fields.length ? ": " + fields.join(" · ") : ""}`;
+}
 
 function renderStats() {
   if (!view) return;
@@ -397,6 +410,7 @@ async function openRun(id) {
     const event = JSON.parse(message.data);
     const handle = handlers[event.kind];
     if (handle) handle(event);
+    else note(session(event.fd), describeUnknown(event));
     if (event.kind === "run_end") { source.close(); stream = null; }
     renderStats();
   };
