@@ -40,6 +40,18 @@ FIRST_FD: Final = 1000
 DEFAULT_MAX_OPEN_FDS: Final = 1024
 MAX_LOG_LEN: Final = 16384
 
+# Largest guest payload each hostcall reads, checked before anything is read
+# or allocated: the host's work on JSON (parsing, schema checks) and the
+# Python objects it keeps grow with the input, many times its size, so the
+# run's byte budget alone does not bound one call. SPEAR's own inputs are
+# far smaller: tool schemas of a few KiB, params of a few bytes.
+MAX_TOOL_SCHEMA_BYTES: Final = 1 << 20  # cchat_write_fn JSON
+MAX_PARAM_BYTES: Final = 1 << 20  # cchat_ctl SET_PARAM JSON (response_format may hold a schema)
+MAX_FD_FLAGS_BYTES: Final = 4096  # spear_fd_ctl SET_FLAGS JSON ({"set":[...],"clear":[...]})
+# A `tool` message written by the guest: one tool output (at most 1 MiB, the
+# cap of max_tool_output_bytes), JSON-escaped, with its tool_call_id.
+MAX_TOOL_ANSWER_BYTES: Final = 2 << 20
+
 # cchat_send flags.
 SEND_ENABLE_METRICS: Final = 1 << 0
 SEND_AUTO_TOOL_CALL: Final = 1 << 1

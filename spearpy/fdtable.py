@@ -3,6 +3,13 @@
 Numbers start at 1000 and are never reused within an instance; closed entries
 are dropped (only their numbers are remembered) so a guest that opens and
 closes forever does not grow the host's memory beyond one int per fd.
+
+A send takes its response fd before it runs (so a full table is refused
+before anything goes upstream) and fills it when it ends. Until then the
+entry is *pending*: the number is predictable, and a tool running inside the
+send may try anything on it, so a pending entry refuses `close` (EAGAIN, as a
+session refuses it while its send runs), has no body or metrics yet (EAGAIN)
+and is not ready for epoll.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class FdEntry:
     kind: FdKind
     obj: Any
     nonblock: bool = False
+    pending: bool = False  # reserved by a send still running; obj is None until fill()
 
 
 class FdTable:
@@ -59,22 +67,52 @@ class FdTable:
         self._entries[fd] = FdEntry(kind, obj)
         return fd
 
+    def reserve(self, kind: FdKind) -> int:
+        """A pending fd of `kind` (or EMFILE), for an object that needs its own
+        number or that a running send will produce; `fill` completes it."""
+        fd = self.open(kind, None)
+        if fd >= 0:
+            self._entries[fd].pending = True
+        return fd
+
+    def fill(self, fd: int, kind: FdKind, obj: object) -> None:
+        """Complete a reserved fd. A pending entry cannot be closed, so it is
+        still there; should it not be, it is put back rather than lose `obj`."""
+        entry = self._entries.get(fd)
+        if entry is None or entry.kind is not kind:
+            self._entries[fd] = FdEntry(kind, obj)
+            return
+        entry.obj = obj
+        entry.pending = False
+
+    def release(self, fd: int) -> None:
+        """Drop a reservation whose object will never come (the send failed
+        inside the host); the number stays used, like any closed fd."""
+        entry = self._entries.get(fd)
+        if entry is not None and entry.pending:
+            del self._entries[fd]
+
     def entry(self, fd: int) -> FdEntry | None:
         return self._entries.get(fd)
 
     def get(self, fd: int, kind: FdKind) -> Any:
+        """The object of a complete fd of `kind`; None otherwise (pending too:
+        callers that must tell a pending fd apart use `entry`)."""
         entry = self._entries.get(fd)
         if entry is None or entry.kind is not kind:
             return None
         return entry.obj
 
     def close(self, fd: int, kind: FdKind | None = None) -> int:
-        """0 on close or already closed; EBADF for a never-opened or wrong-kind fd."""
+        """0 on close or already closed; EBADF for a never-opened or wrong-kind
+        fd; EAGAIN for a pending one (its send would lose what it produces)."""
         entry = self._entries.get(fd)
         if entry is None:
             return 0 if abi.FIRST_FD <= fd < self._next else abi.EBADF
         if kind is not None and entry.kind is not kind:
             return abi.EBADF
+        if entry.pending:
+            return abi.EAGAIN
         del self._entries[fd]
         for other in self._entries.values():
             if other.kind is FdKind.EPOLL:
@@ -90,14 +128,15 @@ class FdTable:
         entry = self._entries.get(fd)
         if entry is None:
             return abi.EPOLLHUP
+        if entry.pending:
+            return 0  # its send has not produced it yet
         if entry.kind is FdKind.CHAT_RESPONSE:
             return abi.EPOLLIN | (abi.EPOLLERR if entry.obj.is_error else 0)
         if entry.kind is FdKind.CHAT_SESSION:
             return abi.EPOLLOUT
         return 0
 
-    def status_json(self, fd: int) -> bytes:
-        entry = self._entries[fd]
+    def status_json(self, fd: int, entry: FdEntry) -> bytes:
         mask = self.ready_events(fd)
         names = [n for bit, n in ((abi.EPOLLIN, "EPOLLIN"), (abi.EPOLLOUT, "EPOLLOUT"),
                                   (abi.EPOLLERR, "EPOLLERR"), (abi.EPOLLHUP, "EPOLLHUP"))

@@ -62,7 +62,8 @@ def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:
     args_size = _align8(len(args) + 1)
     size = args_size + _align8(capacity) + 8
     alloc = run.allocator
-    assert alloc is not None
+    if alloc is None:
+        raise _NoRoom("the guest exports no spear_alloc/spear_free")
     block = alloc[0].call_i32(size) & 0xFFFFFFFF
     if block == 0:
         raise _NoRoom(f"spear_alloc({size}) returned NULL")
@@ -121,10 +122,10 @@ def _call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                 buffers = _allocated_buffers(run, args,
                                              wanted or min(INITIAL_CAPACITY, max_output))
             else:
-                assert in_arena is not None
+                held = in_arena.capacity if in_arena is not None else 0
                 return _failure(abi.TOOL_EXEC_FAILED,
                                 f"the tool needs {wanted} output bytes but the arena holds "
-                                f"{in_arena.capacity}; export spear_alloc/spear_free to "
+                                f"{held}; export spear_alloc/spear_free to "
                                 "let the host grow the buffer", started)
             try:
                 run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,

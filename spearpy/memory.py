@@ -82,6 +82,16 @@ class GuestMemory:
         offset = self._within(ptr, length, self._size())  # first: it checks there is a memory
         return self._base() + offset
 
+    def check(self, ptr: int, length: int) -> None:
+        """GuestFault unless [ptr, ptr+length) is inside memory; nothing is
+        copied (a hostcall checks bounds before it weighs a length's size)."""
+        self._within(ptr, length, self._size())
+
+    def check_pair(self, ptr1: int, len1: int, ptr2: int, len2: int) -> None:
+        size = self._size()
+        self._within(ptr1, len1, size)
+        self._within(ptr2, len2, size)
+
     def read(self, ptr: int, length: int) -> bytes:
         address = self._address(ptr, length)
         return _string_at(address, length) if length else b""

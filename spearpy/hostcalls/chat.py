@@ -10,6 +10,7 @@ from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
 from spearpy.fdtable import ChatResponse, FdKind
 from spearpy.guesttools import GuestTools
+from spearpy.hostcalls.limits import SCHEMA_BYTES_PER_TOKEN, bounded, json_cost, json_tokens
 from spearpy.hostcalls.send import run_send
 from spearpy.memory import GuestFault
 
@@ -21,15 +22,18 @@ if TYPE_CHECKING:
 # past this depth it is a runaway recursion, refused rather than followed
 # until the host's stack gives out.
 MAX_SEND_DEPTH = 4
+# Longer than any role: refused without reading it.
+_MAX_ROLE_LEN = max(len(role) for role in abi.ROLES)
+# Checking a schema this small takes ~15 ms at worst (measured: 40-item
+# draft-04 enums of objects, nested properties, a 2 KiB regex), less than
+# tracing it would add to every ordinary registration (~3x).
+_SMALL_SCHEMA_BYTES = 2048
+_SMALL_SCHEMA_TOKENS = 128
 
 
 def _session(run: GuestRun, fd: int) -> ChatSession | None:
     session: ChatSession | None = run.fds.get(fd, FdKind.CHAT_SESSION)
     return session
-
-
-_UNFINISHED = ChatResponse(
-    b'{"error":{"code":"internal_error","message":"the send did not finish"}}', {}, True)
 
 
 def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
@@ -48,11 +52,9 @@ def _busy(run: GuestRun, fd: int) -> bool:
 
 
 def cchat_create(run: GuestRun) -> int:
-    fd = run.fds.open(FdKind.CHAT_SESSION, None)
+    fd = run.fds.reserve(FdKind.CHAT_SESSION)
     if fd >= 0:
-        entry = run.fds.entry(fd)
-        assert entry is not None
-        entry.obj = ChatSession(fd)
+        run.fds.fill(fd, FdKind.CHAT_SESSION, ChatSession(fd))
     return fd
 
 
@@ -62,6 +64,17 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     if isinstance(session, int):
         return session
     try:
+        size = role_len + content_len
+        if role_len > _MAX_ROLE_LEN or content_len > abi.MAX_TOOL_ANSWER_BYTES or \
+                run.host_bytes + size > run.config.max_host_bytes:
+            # Sizes decide before anything is read, after the bounds (which
+            # come first in the check order): no role is that long, a tool
+            # answer is JSON the host parses, and all must fit the budget.
+            run.memory.check_pair(role_ptr, role_len, content_ptr, content_len)
+            if role_len > _MAX_ROLE_LEN or (content_len > abi.MAX_TOOL_ANSWER_BYTES and
+                                            run.memory.read(role_ptr, role_len) == b"tool"):
+                return abi.EINVAL
+            run.reserve_bytes(size, "a session message")
         role, content = run.memory.read_pair(role_ptr, role_len, content_ptr, content_len)
     except GuestFault:
         return abi.EFAULT
@@ -79,19 +92,38 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
     if isinstance(session, int):
         return session
     try:
+        run.memory.check(json_ptr, json_len)
+        if json_len > abi.MAX_TOOL_SCHEMA_BYTES:
+            return abi.EINVAL
+        run.reserve_bytes(json_len, "a tool schema")
         raw = run.memory.read(json_ptr, json_len)
     except GuestFault:
         return abi.EFAULT
+    # The host keeps the parsed schema and its validators, many times the
+    # text's size: that is what the budget is charged.
+    tokens = json_tokens(raw)
+    cost = json_len + SCHEMA_BYTES_PER_TOKEN * tokens
+    run.reserve_bytes(cost, "a tool schema")
     try:
-        name, spec = parse_tool_schema(raw)
-        if name in session.registry:
-            return abi.EEXIST
-        if run.tool_function(fn_offset) is None:
-            return abi.EINVAL
-        session.registry.add(name, fn_offset, spec, GuestTools(run))
-        run.charge(len(raw), "a tool schema")
+        if json_len <= _SMALL_SCHEMA_BYTES and tokens <= _SMALL_SCHEMA_TOKENS:
+            return _register(run, session, fn_offset, raw, cost)
+        # Checking a schema is Python work that grows faster than its size
+        # (jsonschema compares enum items pairwise): the size cap alone does
+        # not bound it, the run's deadline and cancel do.
+        return bounded(run, lambda: _register(run, session, fn_offset, raw, cost))
     except RegistryError as exc:
         return exc.errno
+
+
+def _register(run: GuestRun, session: ChatSession, fn_offset: int, raw: bytes,
+              cost: int) -> int:
+    name, spec = parse_tool_schema(raw)
+    if name in session.registry:
+        return abi.EEXIST
+    if run.tool_function(fn_offset) is None:
+        return abi.EINVAL
+    session.registry.add(name, fn_offset, spec, GuestTools(run))
+    run.charge(cost, "a tool schema")
     return 0
 
 
@@ -105,7 +137,14 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
                 return abi.EBADF
             if _busy(run, fd):
                 return abi.EAGAIN
-            raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
+            length = run.memory.read_u32(arg_len_ptr)
+            run.memory.check(arg_ptr, length)
+            if length > abi.MAX_PARAM_BYTES:
+                return abi.EINVAL
+            run.reserve_bytes(length, "a session param")
+            raw = run.memory.read(arg_ptr, length)
+            cost = json_cost(raw)  # the value is kept parsed
+            run.reserve_bytes(cost, "a session param")
             try:
                 request = _json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError):
@@ -115,9 +154,11 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
                 return abi.EINVAL
             rc: int = entry.obj.set_param(request["key"], request["value"])
             if rc == 0:
-                run.charge(len(raw), "a session param")
+                run.charge(cost, "a session param")
             return rc
         if cmd == abi.CTL_GET_METRICS:
+            if entry.pending:
+                return abi.EAGAIN  # a response whose send is still running
             metrics = (entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE
                        else entry.obj.last_metrics)
             payload = json.dumps(metrics, separators=(",", ":")).encode()
@@ -134,17 +175,20 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     if len(run.sending) >= MAX_SEND_DEPTH:
         return abi.EACCES
     # Refuse before going upstream: a reply nobody can read would be lost.
-    reserved = run.fds.open(FdKind.CHAT_RESPONSE, _UNFINISHED)
+    # The fd stays pending until the send ends: a tool running inside it can
+    # neither close it nor read a body that does not exist yet (fdtable).
+    reserved = run.fds.reserve(FdKind.CHAT_RESPONSE)
     if reserved < 0:
         return reserved
     run.sending.add(fd)
     try:
         response: ChatResponse = run_send(run, session, flags)
+    except BaseException:
+        run.fds.release(reserved)
+        raise
     finally:
         run.sending.discard(fd)
-    entry = run.fds.entry(reserved)
-    assert entry is not None
-    entry.obj = response
+    run.fds.fill(reserved, FdKind.CHAT_RESPONSE, response)
     # A deadline or cancel that ended the send ends the run too; the body is
     # already stored, so nothing the guest could still read is lost.
     run.check_interrupt()
@@ -152,9 +196,12 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
 
 
 def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) -> int:
-    response: ChatResponse | None = run.fds.get(response_fd, FdKind.CHAT_RESPONSE)
-    if response is None:
+    entry = run.fds.entry(response_fd)
+    if entry is None or entry.kind is not FdKind.CHAT_RESPONSE:
         return abi.EBADF
+    if entry.pending:
+        return abi.EAGAIN  # its send is still running: nothing to read yet
+    response: ChatResponse = entry.obj
     try:
         return run.memory.write_out(out_ptr, out_len_ptr, response.body)
     except GuestFault:

@@ -27,7 +27,11 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
         return abi.EBADF
     try:
         if cmd == abi.FD_CTL_SET_FLAGS:
-            raw = run.memory.read(arg_ptr, run.memory.read_u32(arg_len_ptr))
+            length = run.memory.read_u32(arg_len_ptr)
+            run.memory.check(arg_ptr, length)
+            if length > abi.MAX_FD_FLAGS_BYTES:
+                return abi.EINVAL  # before reading: the valid JSON is a few dozen bytes
+            raw = run.memory.read(arg_ptr, length)
             try:
                 request = _json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError):
@@ -47,8 +51,10 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
         elif cmd == abi.FD_CTL_GET_KIND:
             payload = _compact({"kind": entry.kind.value})
         elif cmd == abi.FD_CTL_GET_STATUS:
-            payload = run.fds.status_json(fd)
+            payload = run.fds.status_json(fd, entry)
         elif cmd == abi.FD_CTL_GET_METRICS:
+            if entry.pending:
+                return abi.EAGAIN  # a response whose send is still running
             metrics = entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE else {}
             payload = _compact(metrics)
         else:

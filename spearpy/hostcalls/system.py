@@ -18,13 +18,15 @@ def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
     if length < 0 or length > abi.MAX_LOG_LEN:
         return abi.EINVAL
     try:
+        run.memory.check(ptr, length)
+        # The budget decides before the line is read (the bounds before it).
+        run.log_bytes += length
+        if run.log_bytes > run.config.max_log_bytes:
+            raise HostInterrupt("log_limit", f"the guest logged more than "
+                                f"{run.config.max_log_bytes} bytes (max_log_bytes)")
         raw = run.memory.read(ptr, length)
     except GuestFault:
         return abi.EFAULT
-    run.log_bytes += length
-    if run.log_bytes > run.config.max_log_bytes:
-        raise HostInterrupt("log_limit", f"the guest logged more than {run.config.max_log_bytes} "
-                            "bytes (max_log_bytes)")
     name = abi.LOG_LEVELS.get(level, "info")
     if run.options.guest_log is not None:
         run.options.guest_log(name, raw.decode("utf-8", "replace"))
