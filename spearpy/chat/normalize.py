@@ -19,6 +19,17 @@ from spearpy.chat.protocol import JSONDict, ToolCall
 # past this many attempts the factory is broken, not unlucky.
 _MAX_ID_ATTEMPTS = 10_000
 
+# A tool call's name and id are chosen by the model and copied everywhere:
+# the transcript replayed upstream on every completion, events, log lines,
+# the live view, transcripts on disk. Registered names are at most 64
+# characters (registry.TOOL_NAME) and ids a few dozen; a 20 MB name over 8
+# iterations took 1.2 GB of RAM and 1 GB of disk. Past these caps a name is
+# kept shortened (it can match no tool: it is an unknown_tool answer for the
+# model) and an id is replaced by a fresh one, as a missing id is.
+MAX_TOOL_CALL_NAME_BYTES = 256
+MAX_TOOL_CALL_ID_BYTES = 256
+_NAME_SHOWN_CHARS = 48
+
 
 def compact_json(value: Any) -> str:
     """The serialisation every body and tool message uses (C guests strstr it)."""
@@ -87,21 +98,40 @@ def _tool_call_entries(message: JSONDict) -> list[tuple[str | None, str, str]]:
         name = fn.get("name")
         if not isinstance(name, str) or name == "":
             continue
-        entries.append((_given_id(entry.get("id")), name, _arguments(fn.get("arguments"))))
+        entries.append((_given_id(entry.get("id")), bounded_name(name),
+                        _arguments(fn.get("arguments"))))
 
     if not entries:
         legacy = message.get("function_call")
         if isinstance(legacy, dict):
             name = legacy.get("name")
             if isinstance(name, str) and name != "":
-                entries.append((None, name, _arguments(legacy.get("arguments"))))
+                entries.append((None, bounded_name(name), _arguments(legacy.get("arguments"))))
     return entries
 
 
+def bounded_name(name: str) -> str:
+    """`name`, or when it is longer than MAX_TOOL_CALL_NAME_BYTES its first
+    characters and its length: `xxxx...(20971520 characters)`, which no tool
+    can be registered under (`.`, `(` and spaces are not allowed in names)."""
+    if len(name) * 4 <= MAX_TOOL_CALL_NAME_BYTES:
+        return name  # the common case, decided without encoding
+    # More characters than the cap means more bytes too, without encoding
+    # what may be megabytes.
+    if len(name) <= MAX_TOOL_CALL_NAME_BYTES and \
+            len(name.encode("utf-8", "surrogatepass")) <= MAX_TOOL_CALL_NAME_BYTES:
+        return name
+    return f"{name[:_NAME_SHOWN_CHARS]}...({len(name)} characters)"
+
+
 def _given_id(value: object) -> str | None:
-    if isinstance(value, str) and value.strip() != "":
-        return value
-    return None
+    if not isinstance(value, str) or value.strip() == "":
+        return None
+    if len(value) * 4 > MAX_TOOL_CALL_ID_BYTES and (
+            len(value) > MAX_TOOL_CALL_ID_BYTES or
+            len(value.encode("utf-8", "surrogatepass")) > MAX_TOOL_CALL_ID_BYTES):
+        return None  # replaced like a missing id: never copied around
+    return value
 
 
 def _arguments(value: object) -> str:

@@ -25,6 +25,18 @@ def _ms(value: Any) -> str:
     return f"{ms:.1f} ms" if ms >= 1.0 else f"{ms:.3f} ms"  # guest tools often take µs
 
 
+# Tool names and call ids are the model's: a line shows at most this much of
+# one, on one line (a newline in a name must not forge a line of its own).
+_SHOWN_CHARS = 64
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > _SHOWN_CHARS:
+        text = text[:_SHOWN_CHARS - 3] + "..."
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def _tokens(usage: Any) -> str:
     if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
         return f", {usage['total_tokens']} tokens"
@@ -55,7 +67,7 @@ def describe(event: ev.Event) -> tuple[str, str] | None:
         case ev.TOOL_START:
             if d.get("executed") is False:
                 return None  # answered without running: the tool_end line says why
-            return f"{fd}  calling {d.get('name')} ({d.get('tool_call_id')})", ""
+            return f"{fd}  calling {_shown(d.get('name'))} ({_shown(d.get('tool_call_id'))})", ""
         case ev.TOOL_END:
             return _tool_end(fd, d)
         case ev.LIMIT_HIT:
@@ -73,12 +85,12 @@ def describe(event: ev.Event) -> tuple[str, str] | None:
 
 
 def _tool_end(fd: str, d: dict[str, Any]) -> tuple[str, str]:
-    name = d.get("name")
+    name = _shown(d.get("name"))
     if d.get("cached"):
         return f"{fd}  {name}: cached result reused", "dim"
     error = d.get("error")
     if d.get("executed") is False:
-        return f"{fd}  {name} ({d.get('tool_call_id')}) not run: {error}", "yellow"
+        return f"{fd}  {name} ({_shown(d.get('tool_call_id'))}) not run: {error}", "yellow"
     took = _ms(d.get("duration_ms"))
     if error is not None:
         rc = f", rc {d['rc']}" if d.get("rc") not in (None, 0) else ""

@@ -26,7 +26,10 @@ from spearpy.observe import events as ev
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 # Guest tools are in-process wasm calls: microseconds to the tool deadline.
 TOOL_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
-# Model-invented names of unregistered tools must not each create a series.
+# Tool names come from the model. Only a registered tool's name (the guest
+# chose it, and a session holds few) may become a label value: every other
+# name shares this one, or a model inventing names would create a series
+# each, for as long as the process lives.
 UNKNOWN_TOOL_LABEL = "(unknown)"
 
 
@@ -85,9 +88,7 @@ class Metrics:
                         self.tokens.labels(key.removesuffix("_tokens")).inc(value)
         elif kind == ev.TOOL_END:
             error = data.get("error")
-            name = data.get("name")
-            label = UNKNOWN_TOOL_LABEL if error == abi.TOOL_UNKNOWN else str(name)
-            self.tool_calls.labels(label).inc()
+            self.tool_calls.labels(_tool_label(data, error)).inc()
             if error is not None:
                 self.tool_failures.labels(str(error)).inc()
             self.tool_output_bytes.inc(int(data.get("output_bytes") or 0))
@@ -108,3 +109,13 @@ class Metrics:
         """Serve /metrics over HTTP on a daemon thread; returns (server, thread)."""
         with self._server_lock:
             return start_http_server(port, addr=addr, registry=self.registry)
+
+
+def _tool_label(data: dict[str, Any], error: object) -> str:
+    """The tool's name when the event says it names a registered tool: it
+    ran (`executed`), or the driver looked it up (`registered`)."""
+    name = data.get("name")
+    if not isinstance(name, str) or error == abi.TOOL_UNKNOWN or \
+            not (data.get("executed") is True or data.get("registered") is True):
+        return UNKNOWN_TOOL_LABEL
+    return name
