@@ -127,7 +127,13 @@ def _can_stop(frame: FrameType) -> bool:
     if code.co_flags & _NOT_HERE or code.co_name == "__del__":
         return False
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        if frame.f_code.co_filename.startswith(_IMPORT_MACHINERY) or \
+                frame.f_code.co_filename.endswith(_IMPORT_FILES):
             return False
         frame = frame.f_back  # type: ignore[assignment]
     return True
+
+
+# importlib is frozen in CPython's usual builds, plain files in some others.
+_IMPORT_MACHINERY = "<frozen importlib"
+_IMPORT_FILES = ("importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
