@@ -87,6 +87,7 @@ def assert_problem(response: httpx.Response, status: int,
 
 
 MAX_CONCURRENT = 3
+CHAT_BACKEND = f"scripted:{SAMPLES / 'scripts' / 'chat.json'}"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
     host = HostConfig(backend=f"scripted:{slow_script(where, 150)}", cache_dir=None,
                       timeout=30)
     config = ServeConfig(modules_dir=modules_dir(where), state_dir=where / "state", host=host,
-                         max_concurrent=MAX_CONCURRENT, grace=0.5)
+                         max_concurrent=MAX_CONCURRENT, grace=0.5, allow_models=("alt-model",),
+                         allow_backends=(CHAT_BACKEND,))
     with BackgroundServer(create_app(config), grace=0.5) as running:
         yield running
 
@@ -237,6 +239,25 @@ def test_more_than_max_concurrent_gets_429(client: httpx.Client) -> None:
         assert wait_for(client, reply.json()["id"])["outcome"] == "cancelled"
     # A slot is free again once a run ended.
     assert client.post("/v1/runs", json={"module": "c_hello", "wait": True}).status_code == 201
+
+
+def test_a_request_picks_only_the_models_and_backends_the_operator_allows(
+        client: httpx.Client) -> None:
+    run = client.post("/v1/runs", json={"module": "c_multi_tool", "model": "alt-model",
+                                        "wait": True}).json()
+    assert run["exit_code"] == 0 and run["model"] == "alt-model"
+    [send] = [e for e in events_of(client, run) if e["kind"] == "send_start"]
+    assert send["model"] == "alt-model"
+    chat = client.post("/v1/runs", json={"module": "c_chat", "backend": CHAT_BACKEND,
+                                         "wait": True}).json()
+    assert "assistant: Hello, wasm guest!" in chat["stdout"]
+    other = client.post("/v1/runs", json={"module": "c_chat", "backend": "openai"})
+    assert assert_problem(other, 422, "override-not-allowed")["field"] == "backend"
+
+
+def events_of(client: httpx.Client, run: dict[str, Any]) -> list[dict[str, Any]]:
+    with client.stream("GET", run["urls"]["events"]) as response:
+        return [record for _id, record in sse_events(response)]
 
 
 def test_modules_lists_what_inspect_says(client: httpx.Client) -> None:

@@ -25,6 +25,7 @@ from tests.test_serve_api import (
     MULTI_TOOL_STDOUT,
     ROOT,
     SAMPLES,
+    events_of,
     modules_dir,
     sse_events,
     wait_for,
@@ -36,11 +37,6 @@ MULTI_TOOL = f"scripted:{SAMPLES / 'scripts' / 'multi_tool.json'}"
 def config(where: Path, mods: Path, grace: float = 0.5) -> ServeConfig:
     return ServeConfig(modules_dir=mods, state_dir=where / "state", grace=grace,
                        host=HostConfig(backend=MULTI_TOOL, cache_dir=None, timeout=30))
-
-
-def events_of(client: httpx.Client, run: dict[str, Any]) -> list[dict[str, Any]]:
-    with client.stream("GET", run["urls"]["events"]) as response:
-        return [record for _id, record in sse_events(response)]
 
 
 def test_a_restart_keeps_finished_runs_and_their_events(tmp_path: Path) -> None:

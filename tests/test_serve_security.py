@@ -149,3 +149,11 @@ def test_loopback_only_without_a_token(tmp_path: Path, monkeypatch: pytest.Monke
     assert result.exit_code == 2 and "without a token" in result.output
     with pytest.raises(ValueError, match="at least 16"):
         ServeConfig(modules_dir=mods, token="short")
+
+
+def test_serve_is_a_spearpy_command() -> None:
+    from spearpy.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0 and "--modules" in result.output and "--grace" in result.output
+    assert "serve" in CliRunner().invoke(main, ["--help"]).output

@@ -244,7 +244,9 @@ class HostPool:
             host = self._hosts.get(key)
             if host is None:
                 update = {k: v for k, v in (("model", model), ("backend", backend)) if v}
-                host = self._hosts[key] = Host(self._base.config, **update)
+                # From the configuration (backends, MCP registry): objects an
+                # embedder attached to the base Host are not copied.
+                host = self._hosts[key] = Host(self._base.config.model_copy(update=update))
             return host
 
     def close(self, grace: float) -> None:
