@@ -17,6 +17,7 @@ _COMMANDS = {
     "inspect": ("spearpy.cli.inspect_cmd", "inspect"),
     "demo": ("spearpy.cli.demo", "demo"),
     "batch": ("spearpy.cli.batch", "batch"),
+    "serve": ("spearpy.serve.cli", "serve"),
 }
 
 
