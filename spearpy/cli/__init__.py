@@ -18,6 +18,9 @@ _COMMANDS = {
     "demo": ("spearpy.cli.demo", "demo"),
     "batch": ("spearpy.cli.batch", "batch"),
     "serve": ("spearpy.serve.cli", "serve"),
+    "build": ("spearpy.cli.build", "build"),
+    "new": ("spearpy.cli.new", "new"),
+    "show": ("spearpy.cli.show", "show"),
 }
 
 

@@ -3,10 +3,11 @@
 A file is written when its session closes (cchat_close, or the run ending with
 the session open): `<run_id>-fd<fd>.json`. It holds the messages exactly as
 they went upstream (assistant tool_calls and tool results included), the
-tools, the params (credential-named params removed) and the usage summed over
-the session's sends. The messages list replays the conversation verbatim,
-except tool contents over `max_tool_bytes`, which are cut with an explicit
-marker and listed under "truncated".
+tools, the params (credential-named params removed), the usage summed over
+the session's sends and their timings (each send, completion and tool call).
+The messages list replays the conversation verbatim, except tool contents
+over `max_tool_bytes`, which are cut with an explicit marker and listed
+under "truncated".
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class TranscriptWriter:
                 model = event.data.get("model")
                 if model and model not in stats["models"]:
                     stats["models"].append(model)
+                stats["send_started"] = event.ts
         elif event.kind == ev.SEND_END:
             with self._lock:
                 stats = self._sessions.setdefault(key, _new_stats())
@@ -98,6 +100,19 @@ class TranscriptWriter:
                 stats["iterations"] += int(event.data.get("iterations") or 0)
                 stats["tool_calls"] += int(event.data.get("tool_calls") or 0)
                 _add_usage(stats["usage"], event.data.get("usage"))
+                started = stats.pop("send_started", None)
+                if isinstance(started, float):
+                    stats["timings"]["sends_ms"].append(round((event.ts - started) * 1e3, 3))
+        elif event.kind in (ev.COMPLETION_END, ev.TOOL_END):
+            # Durations for readers of the conversation (`spearpy show`): which
+            # completion or tool call took the time.
+            with self._lock:
+                timings = self._sessions.setdefault(key, _new_stats())["timings"]
+                if event.kind == ev.COMPLETION_END:
+                    timings["completions_ms"].append(event.data.get("latency_ms"))
+                elif event.data.get("tool_call_id") is not None:
+                    timings["tools_ms"][str(event.data["tool_call_id"])] = \
+                        event.data.get("duration_ms")
         elif event.kind == ev.SESSION_CLOSE and event.content is not None:
             transcript = event.content.get("transcript")
             if isinstance(transcript, dict):
@@ -128,7 +143,8 @@ class TranscriptWriter:
         stats = stats or _new_stats()
         record.update(models=stats["models"], sends=stats["sends"],
                       iterations=stats["iterations"],
-                      tool_calls=stats["tool_calls"], usage=stats["usage"])
+                      tool_calls=stats["tool_calls"], usage=stats["usage"],
+                      timings=stats["timings"])
         redacted: dict[str, Any] = self._redactor.value(record)
         return redacted
 
@@ -145,4 +161,6 @@ def _encode(record: dict[str, Any]) -> bytes:
 
 def _new_stats() -> dict[str, Any]:
     return {"models": [], "sends": 0, "iterations": 0, "tool_calls": 0,
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            # milliseconds: each send and completion in order, each tool call by its id
+            "timings": {"sends_ms": [], "completions_ms": [], "tools_ms": {}}}

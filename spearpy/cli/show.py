@@ -1,0 +1,43 @@
+"""`spearpy show`: a finished run's conversation."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("target", metavar="TRANSCRIPT|RUN_ID")
+@click.option("--transcript-dir", type=click.Path(file_okay=False), default=None,
+              help="where to look a RUN_ID up [env SPEARPY_TRANSCRIPT_DIR; ./transcripts]")
+@click.option("--json", "as_json", is_flag=True,
+              help="print the transcript JSON (a list when the run had several sessions)")
+@click.option("--full", is_flag=True, help="do not shorten long messages and tool outputs")
+def show(target: str, transcript_dir: str | None, as_json: bool, full: bool) -> None:
+    """Show a finished run's conversation: roles, tool calls with their
+    arguments and results, durations and token usage.
+
+    TRANSCRIPT is a file written by `spearpy run --transcript DIR`; a RUN_ID
+    (or the start of one) shows every session of that run found in the
+    transcript directory. Colour on a terminal, plain text when piped.
+    """
+    from spearpy.show import DEFAULT_MAX_LINES, TranscriptNotFound, default_dir, find, load
+
+    directory = Path(transcript_dir) if transcript_dir else default_dir()
+    try:
+        records = [load(path) for path in find(target, directory)]
+    except TranscriptNotFound as exc:
+        click.echo(f"spearpy show: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2,
+                              ensure_ascii=False))
+        return
+    from rich.console import Console
+
+    from spearpy.show import render
+
+    render(records, Console(highlight=False), max_lines=None if full else DEFAULT_MAX_LINES)
