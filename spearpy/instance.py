@@ -33,6 +33,7 @@ from spearpy.secret_env import guest_env
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
+    from spearpy.fdtable import ChatResponse
     from spearpy.host import Host, LoadedModule
     from spearpy.mcp.policy import TaskPolicy
 
@@ -43,6 +44,7 @@ MAX_LOGGED_HOST_BUGS = 10
 
 
 GuestLogSink = Callable[[str, str], None]
+SendHook = Callable[["GuestRun", "ChatSession", int], "ChatResponse | None"]
 
 
 @dataclass(slots=True)
@@ -62,6 +64,10 @@ class RunOptions:
     guest_log: GuestLogSink | None = None
     # The run's MCP task layer (None: MCP is off for this run).
     task: TaskPolicy | None = None
+    # Called by cchat_send before anything goes upstream; a response it
+    # returns is the send's (`spearpy mcp serve` serves the guest's tools
+    # from inside its first send this way). None: the send goes on as usual.
+    send_hook: SendHook | None = None
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).

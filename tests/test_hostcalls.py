@@ -99,7 +99,11 @@ def test_ctl_set_param_and_errors(probe: Any) -> None:
     assert p.set_param(fd, "custom_upstream_key", {"any": 1}) == 0
     assert p.set_param(fd, "max_iterations", "eight") == abi.EINVAL
     assert p.set_param(fd, "messages", []) == abi.EINVAL
-    assert p.set_param(fd, "mcp.server", "x") == abi.EACCES
+    # MCP keys follow SPEAR's session layer; this run's task has not enabled MCP.
+    assert p.set_param(fd, "mcp.enabled", True) == abi.EACCES
+    assert p.set_param(fd, "mcp.enabled", False) == 0
+    assert p.set_param(fd, "mcp.task_default_server_ids", ["x"]) == abi.EACCES
+    assert p.set_param(fd, "mcp.server", "x") == abi.EINVAL  # a typo, not a silent no-op
     ptr, n = p.put(p.B, "{broken")
     p.u32(p.A, n)
     assert p.hc("cchat_ctl", fd, abi.CTL_SET_PARAM, ptr, p.A) == abi.EIO

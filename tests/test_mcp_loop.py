@@ -21,7 +21,7 @@ from spearpy.observe.events import Event
 from spearpy.testing import ScriptedServer
 from spearpy.testing.instance import LiveInstance
 from spearpy.testing.script import Script
-from tests.probe import Probe, wat_module
+from tests.probe import Probe, tool_schema, wat_module
 
 TOOLBOX = str(Path(__file__).parent / "mcp_servers" / "toolbox.py")
 SECRET = "sk-mcp-loop-secret-0123456789abcdef"
@@ -165,3 +165,30 @@ def test_a_call_the_approval_policy_holds_comes_back_pending(host: Host) -> None
     assert body["_spear"]["held"]["name"] == add
     assert [c["function"]["name"] for c in body["choices"][0]["message"]["tool_calls"]] == [add]
     assert not any(e.kind == ev.TOOL_START and e.data.get("executed") for e in events)
+
+
+def test_the_guest_narrows_with_spears_session_params(host: Host) -> None:
+    _, _, requests = send(host, calls_then_answer((ECHO, {"text": "narrowed"})),
+                          params={"mcp.server_ids": ["tb"], "mcp.tool_allowlist": ["ec*"]})
+    offered = [t["function"]["name"] for t in requests[0].body["tools"]]
+    assert offered == [ECHO]
+    assert list(tool_replies(requests).values()) == ["narrowed"]
+
+
+def test_session_params_return_spears_errnos(host: Host) -> None:
+    probe = Probe.__new__(Probe)
+    LiveInstance.__init__(probe, host, host.load(wat_module("probe.wat")),
+                          RunOptions(capture_output=True, task=host.task_policy))
+    try:
+        fd = probe.hc("cchat_create")
+        assert probe.set_param(fd, "mcp.server_ids", ["tb", "elsewhere"]) == abi.EACCES
+        assert probe.set_param(fd, "mcp.task_tool_allowlist", ["*"]) == abi.EACCES
+        assert probe.set_param(fd, "mcp.enabled", "yes") == abi.EINVAL
+        assert probe.set_param(fd, "mcp.tool_denylist", ["a", 1]) == abi.EINVAL
+        assert probe.set_param(fd, "mcp.enabled", True) == 0
+        # A guest tool may not take a name MCP tools are offered under.
+        assert probe.write_fn(fd, 0, tool_schema(ECHO)) == abi.EINVAL
+        assert probe.write_fn(fd, 0, tool_schema("mcp_h_x")) == abi.EINVAL
+        assert probe.write_fn(fd, 0, tool_schema("mcp_ok")) == 0
+    finally:
+        probe.close()

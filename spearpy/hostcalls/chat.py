@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 # past this depth it is a runaway recursion, refused rather than followed
 # until the host's stack gives out.
 MAX_SEND_DEPTH = 4
+# Names the host offers MCP tools under (SPEAR's mcp__<b64>__<b64> and the
+# hashed alias of long ones); a guest tool may not take them.
+RESERVED_TOOL_PREFIXES = ("mcp__", "mcp_h_")
 # Longer than any role: refused without reading it.
 _MAX_ROLE_LEN = max(len(role) for role in abi.ROLES)
 # Checking a schema this small takes ~15 ms at worst (measured: 40-item
@@ -115,9 +118,22 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
         return exc.errno
 
 
+def _set_mcp_param(run: GuestRun, session: ChatSession, key: str, value: object) -> int:
+    """SPEAR's session layer: a guest may only narrow what the run's task allows
+    (-13 past it, -22 for a wrong type); without a task MCP is off."""
+    from spearpy.mcp.policy import TaskPolicy, check_session_param
+
+    rc = check_session_param(run.options.task or TaskPolicy(), key, value)
+    if rc == 0:
+        session.store_param(key, value)
+    return rc
+
+
 def _register(run: GuestRun, session: ChatSession, fn_offset: int, raw: bytes,
               cost: int) -> int:
     name, spec = parse_tool_schema(raw)
+    if name.startswith(RESERVED_TOOL_PREFIXES):
+        return abi.EINVAL  # MCP tools are offered under these: never shadow one
     if name in session.registry:
         return abi.EEXIST
     if run.tool_function(fn_offset) is None:
@@ -152,7 +168,9 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
             if not isinstance(request, dict) or not isinstance(request.get("key"), str) \
                     or "value" not in request:
                 return abi.EINVAL
-            rc: int = entry.obj.set_param(request["key"], request["value"])
+            key, value = request["key"], request["value"]
+            rc: int = (_set_mcp_param(run, entry.obj, key, value) if key.startswith("mcp.")
+                       else entry.obj.set_param(key, value))
             if rc == 0:
                 run.charge(cost, "a session param")
             return rc
@@ -180,9 +198,11 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     reserved = run.fds.reserve(FdKind.CHAT_RESPONSE)
     if reserved < 0:
         return reserved
+    hook = run.options.send_hook
     run.sending.add(fd)
     try:
-        response: ChatResponse = run_send(run, session, flags)
+        hooked = hook(run, session, flags) if hook is not None else None
+        response: ChatResponse = hooked if hooked is not None else run_send(run, session, flags)
     except BaseException:
         run.fds.release(reserved)
         raise
