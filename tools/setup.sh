@@ -4,8 +4,10 @@
 #   tools/setup.sh               Python side only (enough for `spearpy demo` and `spearpy run`)
 #   tools/setup.sh --toolchains  also what only the tests need: the wasm32 toolchains
 #                                (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32
-#                                rustc libstd-rust-dev-wasm32 cargo, through apt-get) and the
-#                                [ray] extra for the batch-on-Ray tests
+#                                rustc libstd-rust-dev-wasm32 cargo, through apt-get), Debian's
+#                                chromium for the service page's browser test (driven by
+#                                Playwright, which downloads no browser) and the [ray] extra
+#                                for the batch-on-Ray tests
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -18,12 +20,14 @@ for arg in "$@"; do
     esac
 done
 
-APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32 cargo)
+APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32 cargo
+              chromium)
 
 toolchains_present() {
     command -v clang >/dev/null && command -v wasm-ld >/dev/null \
         && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] \
-        && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ]
+        && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ] \
+        && [ -x /usr/bin/chromium ]
 }
 
 if [ $TOOLCHAINS = 1 ] && ! toolchains_present; then
@@ -33,7 +37,7 @@ if [ $TOOLCHAINS = 1 ] && ! toolchains_present; then
         echo "setup: no apt-get here; install the equivalents of: ${APT_PACKAGES[*]}" >&2
         exit 3
     fi
-    echo "setup: installing wasm32 toolchains: ${APT_PACKAGES[*]}"
+    echo "setup: installing the test toolchains: ${APT_PACKAGES[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
         "${APT_PACKAGES[@]}" >/dev/null
