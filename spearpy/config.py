@@ -8,11 +8,20 @@ use the SPEARPY_ prefix (SPEARPY_MODEL, SPEARPY_TIMEOUT, ...).
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    ByteSize,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spearpy.chat.params import LimitPolicy
@@ -38,6 +47,29 @@ def url_problem(url: str) -> str | None:
     if any(ch.isspace() for ch in url):
         return "must not contain whitespace"
     return None
+
+
+@cache
+def _byte_size_adapter() -> TypeAdapter[ByteSize]:
+    return TypeAdapter(ByteSize)
+
+
+BYTE_SIZE_HELP = "a byte count: 65536, or with a unit: 64KiB, 16MiB, 1GB (KB = 1000, KiB = 1024)"
+
+
+def parse_byte_size(value: object) -> object:
+    """'64KiB', '16MiB', '1GB', '65536' -> an int (pydantic's ByteSize units);
+    anything but a string is left for the field's own validation."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return int(_byte_size_adapter().validate_python(value.strip()))
+    except ValidationError:
+        raise ValueError(f"expected {BYTE_SIZE_HELP}") from None
+
+
+# An int field that also takes a size with a unit, in flags, env and arguments.
+ByteCount = Annotated[int, BeforeValidator(parse_byte_size)]
 
 
 class HostConfig(BaseSettings):
@@ -70,21 +102,21 @@ class HostConfig(BaseSettings):
     # absolute caps (128 / 10000 / 1 MiB) come from spear-abi.md.
     max_iterations: int = Field(8, ge=1, le=128)
     max_tool_calls: int = Field(32, ge=0, le=10000)
-    max_tool_output_bytes: int = Field(65536, ge=1, le=1 << 20)
+    max_tool_output_bytes: ByteCount = Field(65536, ge=1, le=1 << 20)
     max_iterations_cap: int = Field(128, ge=1, le=128)
     max_tool_calls_cap: int = Field(10000, ge=0, le=10000)
-    max_tool_output_bytes_cap: int = Field(1 << 20, ge=1, le=1 << 20)
+    max_tool_output_bytes_cap: ByteCount = Field(1 << 20, ge=1, le=1 << 20)
 
     # Guest limits.
     timeout: float | None = Field(None, gt=0)  # wall clock for the whole run, seconds
     tool_timeout: float | None = Field(None, gt=0)  # per tool call, seconds
     fuel: int | None = Field(None, gt=0)
-    max_memory: int | None = Field(None, gt=0)  # bytes of linear memory per run
+    max_memory: ByteCount | None = Field(None, gt=0)  # bytes of linear memory per run
     max_open_fds: int = Field(1024, ge=1, le=1 << 20)
-    max_log_bytes: int = Field(8 << 20, ge=0)  # guest `log` bytes per run
+    max_log_bytes: ByteCount = Field(8 << 20, ge=0)  # guest `log` bytes per run
     # What the host keeps for one run (messages, schemas, params, tool outputs,
     # replies): a guest under a small --max-memory must not make the host hold GBs.
-    max_host_bytes: int = Field(256 << 20, ge=1 << 20)
+    max_host_bytes: ByteCount = Field(256 << 20, ge=1 << 20)
 
     cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
 

@@ -41,6 +41,24 @@ class WorkerError(BatchError):
 
 
 @dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What every run of a batch gets besides its input: `spearpy batch`'s
+    sandbox flags, resolved in the parent (so a worker elsewhere runs with
+    the same environment), and whether the run's events travel back with
+    its result."""
+
+    env: dict[str, str] = field(default_factory=dict)  # under each input's own env
+    dirs: tuple[tuple[str, str], ...] = ()
+    invoke: str | None = None
+    events: bool = False
+
+
+# Where a result record carries its run's events to the parent; taken out
+# before the record is written.
+EVENTS_KEY = "_events"
+
+
+@dataclass(frozen=True, slots=True)
 class BatchInput:
     index: int  # position among the file's inputs, 0-based: the dispatch key
     line: int  # 1-based line number in the inputs file
@@ -157,12 +175,21 @@ def failure_record(job: BatchInput, outcome: str, message: str, attempts: int) -
 
 
 def run_job(host: Host, module: LoadedModule, job: BatchInput, *, attempt: int,
-            cancel: threading.Event | None, transcripts: bool = False) -> dict[str, Any]:
+            cancel: threading.Event | None, transcripts: bool = False,
+            settings: RunSettings | None = None) -> dict[str, Any]:
     """Run one input to a result record. Never raises for a guest's or the
     host's failure: the batch goes on and the record says what happened."""
+    settings = settings or RunSettings()
+    env = {**settings.env, **job.env}
     try:
-        result = host.run(module, list(job.argv), env=job.env or None, stdin=job.stdin,
-                          capture_output=True, cancel=cancel)
+        result = host.run(module, list(job.argv), env=env or None, stdin=job.stdin,
+                          dirs=list(settings.dirs), invoke=settings.invoke,
+                          capture_output=True, cancel=cancel, collect_events=settings.events)
     except Exception as exc:
         return failure_record(job, "host_error", f"{type(exc).__name__}: {exc}", attempt)
-    return result_record(job, result, attempt, transcripts)
+    record = result_record(job, result, attempt, transcripts)
+    if settings.events:
+        # The run id names its transcript files and events.
+        record["run_id"] = result.run_id
+        record[EVENTS_KEY] = result.events
+    return record

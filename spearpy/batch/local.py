@@ -54,7 +54,7 @@ class ThreadExecutor:
                 # `stop` doubles as every run's cancel event: Ctrl-C ends the
                 # guests in flight instead of waiting for them.
                 emit(run_job(host, module, job, attempt=1, cancel=stop,
-                             transcripts=spec.transcripts))
+                             transcripts=spec.transcripts, settings=spec.settings))
 
         workers = [threading.Thread(target=work, name=f"spearpy-batch-{i}", daemon=True)
                    for i in range(min(self.threads, len(jobs)))]

@@ -11,6 +11,7 @@ multiprocessing's `spawn` would re-run the embedder's main script.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -81,7 +82,7 @@ class ProcessExecutor:
             stop: threading.Event) -> None:
         if not jobs:
             return
-        spec = WorkerSpec(spec.config, spec.wasm, spec.name, self.threads, spec.transcripts)
+        spec = dataclasses.replace(spec, threads=self.threads)
         dispatch = Dispatch(jobs, emit, self.max_attempts)
         start_failures = 0
         # Workers read the spec (with the module's bytes) from a file: a pipe

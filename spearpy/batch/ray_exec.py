@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import threading
@@ -53,7 +54,7 @@ class HostActor:
 
     def run(self, job: BatchInput, attempt: int) -> dict[str, Any]:
         return run_job(self._host, self._module, job, attempt=attempt, cancel=None,
-                       transcripts=self._spec.transcripts)
+                       transcripts=self._spec.transcripts, settings=self._spec.settings)
 
 
 class RayExecutor:
@@ -119,7 +120,7 @@ class RayExecutor:
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         count = max(1, min(self.actors or cpus, self.concurrency, jobs))
         threads = -(-self.concurrency // count)
-        spec = WorkerSpec(spec.config, spec.wasm, spec.name, threads, spec.transcripts)
+        spec = dataclasses.replace(spec, threads=threads)
         # One concurrency slot more than inputs handed out, so ready() and
         # pid() never queue behind busy runs.
         actor_class = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0,

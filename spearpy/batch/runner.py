@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -9,12 +10,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from spearpy.batch.jobs import BatchError, BatchInput, read_inputs
+from spearpy.batch.jobs import EVENTS_KEY, BatchError, BatchInput, RunSettings, read_inputs
 from spearpy.batch.journal import open_results
 from spearpy.batch.spec import WorkerSpec
 from spearpy.config import HostConfig
+
+if TYPE_CHECKING:
+    from spearpy.observe.events import EventSink
 
 
 class Executor(Protocol):
@@ -71,12 +75,20 @@ def run_batch(
     on_result: Callable[[dict[str, Any]], None] | None = None,
     stop: threading.Event | None = None,
     name: str | None = None,
+    settings: RunSettings | None = None,
+    on_event: EventSink | None = None,
 ) -> BatchSummary:
     """Run `module` once per input not yet in `out`, appending a result line
     per input. Ctrl-C (KeyboardInterrupt) or setting `stop` ends it early:
     runs in flight are cancelled and not written, so the next call redoes
     exactly them. `on_start(total, todo)` and `on_result(record)` feed a
-    progress display; on_result runs on executor threads."""
+    progress display; on_result runs on executor threads.
+
+    `settings` gives every run the same env (under each input's own),
+    preopened dirs and entry point. `on_event` receives every event of every
+    run, in this process whatever the executor (each run's events arrive
+    together when it ends, before its result line is written), so one events
+    file, transcript directory or metrics registry covers the whole batch."""
     started = time.monotonic()
     if isinstance(module, bytes):
         wasm, label = module, name or "module.wasm"
@@ -87,7 +99,11 @@ def run_batch(
             raise BatchError(f"cannot read {module}: {exc.strerror or exc}") from exc
         label = name or Path(module).name
     jobs = list(inputs) if not isinstance(inputs, str | os.PathLike) else read_inputs(inputs)
-    spec = WorkerSpec.build(config or HostConfig(), wasm, label, transcripts=transcripts)
+    settings = settings or RunSettings()
+    if on_event is not None and not settings.events:
+        settings = dataclasses.replace(settings, events=True)
+    spec = WorkerSpec.build(config or HostConfig(), wasm, label, transcripts=transcripts,
+                            settings=settings)
     stop = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     closed = threading.Event()  # set once the summary is final: late records are dropped
@@ -101,9 +117,14 @@ def run_batch(
             on_start(len(jobs), len(todo))
 
         def emit(record: dict[str, Any]) -> None:
+            events = record.pop(EVENTS_KEY, None) or []
             with lock:
                 if stop.is_set() or closed.is_set():
                     return  # cancelled by the stop, or racing it: redone next time
+                if on_event is not None:
+                    # Under the lock: sinks see one run's events at a time.
+                    for event in events:
+                        on_event(event)
                 results.write(record)
                 summary.written += 1
                 counts[str(record.get("outcome"))] += 1

@@ -3,8 +3,10 @@ travel to worker processes and Ray actors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from spearpy.batch.jobs import RunSettings
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -23,11 +25,13 @@ class WorkerSpec:
     name: str
     threads: int = 1
     transcripts: bool = False
+    settings: RunSettings = field(default_factory=RunSettings)
 
     @classmethod
     def build(cls, config: HostConfig, wasm: bytes, name: str, *, threads: int = 1,
-              transcripts: bool = False) -> WorkerSpec:
-        return cls(config.model_dump(), wasm, name, threads, transcripts)
+              transcripts: bool = False, settings: RunSettings | None = None) -> WorkerSpec:
+        return cls(config.model_dump(), wasm, name, threads, transcripts,
+                   settings or RunSettings())
 
     def host_config(self) -> HostConfig:
         from spearpy.config import HostConfig

@@ -36,7 +36,7 @@ def serve(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
 
     def run(key: int, job: BatchInput, attempt: int) -> None:
         record = run_job(host, module, job, attempt=attempt, cancel=cancel,
-                         transcripts=spec.transcripts)
+                         transcripts=spec.transcripts, settings=spec.settings)
         with send_lock, contextlib.suppress(OSError):  # the parent is gone: nobody to tell
             results.send(("result", key, record))
 

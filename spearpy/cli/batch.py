@@ -21,9 +21,15 @@ from spearpy.batch import (
     default_layout,
     run_batch,
 )
+from spearpy.batch.jobs import RunSettings
 from spearpy.batch.progress import BatchProgress
-from spearpy.cli.options import config_from_options, host_options
+from spearpy.cli.hints import NoModelHint
+from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
+from spearpy.cli.options import config_from_options, host_options, key_envs, require_api_key
+from spearpy.cli.sandbox import parse_dirs, parse_env, sandbox_options
+from spearpy.config import HostConfig
 from spearpy.errors import ConfigError, ModuleLoadError
+from spearpy.secret_env import SecretEnvError, guest_env
 
 
 def _executor(jobs: int, threads: bool, processes: bool, ray: str | None,
@@ -38,6 +44,18 @@ def _executor(jobs: int, threads: bool, processes: bool, ray: str | None,
         return ProcessExecutor(jobs, 1, max_attempts=max_attempts)
     procs, per_proc = default_layout(jobs)
     return ProcessExecutor(procs, per_proc, max_attempts=max_attempts)
+
+
+def _settings(config: HostConfig, env_pairs: tuple[str, ...], env_inherit: bool,
+              dir_specs: tuple[str, ...], invoke: str | None) -> RunSettings:
+    """The sandbox flags, resolved here: --env NAME and --env-inherit read
+    this process's environment, as with `spearpy run`, wherever the runs go."""
+    try:
+        env = guest_env(os.environ, parse_env(env_pairs), inherit=env_inherit,
+                        extra_deny=key_envs(config))
+    except SecretEnvError as exc:
+        raise click.BadParameter(str(exc), param_hint="--env") from None
+    return RunSettings(env=env, dirs=tuple(parse_dirs(dir_specs)), invoke=invoke)
 
 
 def _exit_on_term(signum: int, frame: FrameType | None) -> None:
@@ -62,32 +80,50 @@ def _exit_on_term(signum: int, frame: FrameType | None) -> None:
 @click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True,
               help="runs of an input whose worker died before it is reported as worker_lost")
 @click.option("--progress/--no-progress", default=None,
-              help="progress bar on stderr [on when stderr is a terminal]")
+              help="progress bar on stderr [on when stderr is a terminal and not --quiet]")
+@sandbox_options
 @host_options
+@observe_options
 def batch(module: str, inputs_path: str, out_path: str, jobs: int | None, threads: bool,
           processes: bool, ray_address: str | None, transcripts: bool, max_attempts: int,
-          progress: bool | None, **options: Any) -> None:
+          progress: bool | None, env_pairs: tuple[str, ...], env_inherit: bool,
+          dir_specs: tuple[str, ...], invoke: str | None, **options: Any) -> None:
     """Run MODULE once per input line, writing one result line per input.
 
     By default the runs are spread over one worker process per core, each with
     a warm Host, with threads inside each process for the rest of --jobs.
     Interrupted batches resume: re-running skips inputs already in --out.
+
+    The sandbox flags (--env, --env-inherit, --dir, --invoke) apply to every
+    run (an input's own env wins); the output flags (--events, --transcript,
+    --metrics-file, --log-format, ...) cover all runs: one events file, one
+    transcript directory, one metrics file. With any of them each result
+    line also carries its run_id.
     """
+    observe = pop_observe_options(options)
     config = config_from_options(options)
     try:
         # Here, before any input runs: the hosts are built later, in workers.
         check_config(config)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    require_api_key(config)
+    settings = _settings(config, env_pairs, env_inherit, dir_specs, invoke)
     executor = _executor(jobs or os.cpu_count() or 1, threads, processes, ray_address,
                          max_attempts)
-    show = progress if progress is not None else sys.stderr.isatty()
+    show = progress if progress is not None else sys.stderr.isatty() and not observe["quiet"]
+    # Runs overlap: their progress lines would interleave, the bar replaces them.
+    observe_opts = {**observe, "quiet": True}
+    wanted = any(v for k, v in observe.items() if k not in ("quiet", "metrics_addr"))
     previous = signal.signal(signal.SIGTERM, _exit_on_term)
     try:
-        with BatchProgress(enabled=show) as bar:
+        with Observability(observe_opts, api_key_envs=key_envs(config)) as obs, \
+                BatchProgress(enabled=show) as bar:
+            obs.sink.add(NoModelHint())
             summary = run_batch(module, inputs_path, out_path, executor, config=config,
                                 transcripts=transcripts, on_start=bar.start,
-                                on_result=bar.advance)
+                                on_result=bar.advance, settings=settings,
+                                on_event=obs.sink if wanted else None)
     except ModuleLoadError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)

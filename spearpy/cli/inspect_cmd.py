@@ -8,14 +8,22 @@ from pathlib import Path
 import click
 
 from spearpy.errors import SpearpyError
-from spearpy.inspect import inspect_module
+from spearpy.inspect import ENOSYS, IMPLEMENTED, inspect_module
+
+_STATES = {IMPLEMENTED: "implemented", ENOSYS: "not implemented here: returns -38 (ENOSYS)"}
+_UNKNOWN = "UNKNOWN: nothing provides it"
 
 
 @click.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def inspect(module: str, as_json: bool) -> None:
-    """Show MODULE's imports and exports and whether spearpy can run it."""
+    """Show MODULE's imports and exports and whether spearpy can run it.
+
+    Each import is implemented, not implemented here (linked so the module
+    runs, but every call returns -38 ENOSYS), or unknown (the module cannot
+    be instantiated).
+    """
     try:
         report = inspect_module(Path(module).read_bytes())
     except SpearpyError as exc:
@@ -29,16 +37,20 @@ def inspect(module: str, as_json: bool) -> None:
     click.echo(f"allocator (spear_alloc/spear_free): {'yes' if report['allocator'] else 'no'}")
     click.echo("spear imports:")
     for item in report["spear_imports"]:
-        state = "provided" if item["provided"] else "MISSING"
-        if item["provided"] and item["enosys"]:
-            state = "linked as ENOSYS"
+        state = _STATES.get(item["status"], _UNKNOWN)
         click.echo(f"  {item['name']:<24} {item['signature']:<32} {state}")
     click.echo("other imports:")
     for item in report["other_imports"]:
-        click.echo(f"  {item['module']}.{item['name']}")
+        state = _STATES.get(item["status"], _UNKNOWN)
+        click.echo(f"  {item['module']}.{item['name']:<24} {state}")
     click.echo("exports:")
     for item in report["exports"]:
         click.echo(f"  {item['name']:<28} {item['kind']}")
-    click.echo(f"runnable: {'yes' if report['runnable'] else 'no'}")
+    enosys = report["enosys_imports"]
+    if report["runnable"] and enosys:
+        click.echo(f"runnable: yes, but {len(enosys)} import(s) return -38 (ENOSYS) here: "
+                   f"{', '.join(enosys)}")
+    else:
+        click.echo(f"runnable: {'yes' if report['runnable'] else 'no'}")
     for problem in report["problems"]:
         click.echo(f"  problem: {problem}")

@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import urlsplit
 
 import click
 from pydantic import ValidationError
 
-from spearpy.config import HostConfig
+from spearpy.config import BYTE_SIZE_HELP, HostConfig, parse_byte_size
 from spearpy.errors import ConfigError
 from spearpy.host import Host
+
+if TYPE_CHECKING:
+    _IntParam: TypeAlias = click.ParamType[int]
+else:  # generic only in newer click; pyproject allows 8.1
+    _IntParam = click.ParamType
+
+
+class ByteSizeType(_IntParam):
+    """A byte count: 65536, 64KiB, 16MiB, 1GB (pydantic's ByteSize units)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            parsed = parse_byte_size(value)
+        except ValueError:
+            self.fail(f"{value!r} is not {BYTE_SIZE_HELP}", param, ctx)
+        if not isinstance(parsed, int):
+            self.fail(f"{value!r} is not {BYTE_SIZE_HELP}", param, ctx)
+        return parsed
+
+
+BYTES = ByteSizeType()
 
 # Options shared by every command that runs guests; None = not given, so the
 # environment (OPENAI_BASE_URL, SPEARPY_*) and the defaults apply.
@@ -30,14 +59,15 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-retries", {"type": int, "help": "retries of a failed upstream request [2]"}),
     ("--max-iterations", {"type": int, "help": "default completions per auto send [8]"}),
     ("--max-tool-calls", {"type": int, "help": "default tool executions per auto send [32]"}),
-    ("--max-tool-output-bytes", {"type": int, "help": "default largest tool output [65536]"}),
+    ("--max-tool-output-bytes", {"type": BYTES,
+                                 "help": "default largest tool output [64KiB]"}),
     ("--timeout", {"type": float, "help": "wall-clock deadline of the whole run, seconds"}),
     ("--tool-timeout", {"type": float, "help": "deadline of one tool call, seconds"}),
     ("--fuel", {"type": int, "help": "CPU budget in wasmtime fuel units"}),
-    ("--max-memory", {"type": int, "help": "linear memory cap, bytes"}),
+    ("--max-memory", {"type": BYTES, "help": "linear memory cap (65536, 64KiB, 16MiB, 1GB)"}),
     ("--max-open-fds", {"type": int, "help": "open fds per instance [1024]"}),
-    ("--max-log-bytes", {"type": int, "help": "guest log bytes per run"}),
-    ("--max-host-bytes", {"type": int,
+    ("--max-log-bytes", {"type": BYTES, "help": "guest log bytes per run [8MiB]"}),
+    ("--max-host-bytes", {"type": BYTES,
                           "help": "bytes the host may keep for one run's data [256 MiB]"}),
 ]
 
@@ -92,8 +122,72 @@ def _explain(exc: ValidationError, given: set[str]) -> str:
 def host_from_options(options: dict[str, Any]) -> Host:
     config = config_from_options(options)
     try:
-        return Host(config)
+        host = Host(config)
     except (ValueError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
+    try:
+        require_api_key(config)
+    except click.UsageError:
+        host.close()
+        raise
+    return host
+
+
+def require_api_key(config: HostConfig) -> None:
+    """Exit 2 at start, naming the variable, when the default backend is a
+    remote OpenAI or Anthropic server and its key is not set: else the
+    guest's first send fails with a 401 halfway through its work."""
+    problem = missing_api_key(config)
+    if problem is not None:
+        raise click.UsageError(problem)
+
+
+def missing_api_key(config: HostConfig) -> str | None:
+    from spearpy.backends.catalog import BackendCatalog
+
+    try:
+        # Without --record: checking must not create the cassette.
+        catalog = BackendCatalog.from_config(config.model_copy(update={"record": None}))
+    except (ValueError, ConfigError):
+        return None  # Host() reports the configuration's own problem
+    name = catalog.default
+    spec = catalog.specs[name]
+    variable = spec.key_env()
+    if spec.kind not in ("openai", "anthropic") or not variable or os.environ.get(variable):
+        return None
+    # Nothing chosen at all (no URL, model or backend from flags, env or a
+    # config file): a guest that never sends must still run without a key.
+    chosen = config.model_fields_set & {"base_url", "model", "backend", "api_key_env"}
+    if not chosen and spec.base_url is None and spec.model is None:
+        return None
+    url = spec.url()
+    if is_loopback(url):
+        return None
+    return (f"no API key: backend {name!r} ({url}) needs one in the environment variable "
+            f"{variable}, which is not set. Set it (export {variable}=...), name the variable "
+            "that holds your key with --api-key-env NAME, give --api-key-env '' for a server "
+            "that needs none, or run offline with --backend scripted:FILE")
+
+
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def key_envs(config: HostConfig) -> list[str]:
+    """Every variable that holds a key this configuration may send (what
+    Host.key_envs() says, without building a Host)."""
+    from spearpy.backends.catalog import BackendCatalog
+
+    names = {config.api_key_env}
+    with contextlib.suppress(ValueError, ConfigError):  # Host() reports those
+        names.update(BackendCatalog.from_config(config.model_copy(update={"record": None}))
+                     .key_envs())
+    return sorted(n for n in names if n)
 
 

@@ -8,41 +8,20 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from spearpy.cli.hints import NoModelHint
 from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
 from spearpy.cli.options import host_from_options, host_options
+from spearpy.cli.sandbox import parse_dirs, parse_env, sandbox_options
 from spearpy.errors import SpearpyError
 from spearpy.outcome import exit_code_for
 from spearpy.secret_env import SecretEnvError, passed_through
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestLogSink
-
-
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str | None]:
-    """K=V sets K; a bare NAME passes NAME through from this process's
-    environment (None), the one way past --env-inherit's deny-list."""
-    env: dict[str, str | None] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not key:
-            raise click.BadParameter(f"expected K=V or NAME, got {pair!r}", param_hint="--env")
-        env[key] = value if sep else None
-    return env
-
-
-def _parse_dirs(specs: tuple[str, ...]) -> list[tuple[str, str]]:
-    dirs = []
-    for spec in specs:
-        host_path, _, guest_path = spec.partition(":")
-        if not Path(host_path).is_dir():
-            raise click.BadParameter(f"{host_path!r} is not a directory", param_hint="--dir")
-        dirs.append((host_path, guest_path or host_path))
-    return dirs
 
 
 @contextlib.contextmanager
@@ -85,14 +64,7 @@ def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
 @click.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 @click.argument("guest_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--env", "env_pairs", multiple=True,
-              help="guest env var K=V, or NAME to pass NAME through from this process's "
-                   "environment (repeatable)")
-@click.option("--env-inherit", is_flag=True,
-              help="give the guest this process's environment minus credentials "
-                   "(*_API_KEY, *_TOKEN, *SECRET*, *PASSWORD*, AWS_*, ...; see docs/security.md)")
-@click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
-@click.option("--invoke", default=None, help="call this export instead of _start")
+@sandbox_options
 @click.option("--stdin", "stdin_file", type=click.File("rb"),
               help="what the guest reads on fd 0: FILE, or - for this process's stdin, read "
                    "whole before the run [default: nothing]")
@@ -102,8 +74,8 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
         dir_specs: tuple[str, ...], invoke: str | None, stdin_file: BinaryIO | None,
         **options: Any) -> None:
     """Run MODULE; arguments after `--` go to the guest."""
-    env = _parse_env(env_pairs)
-    dirs = _parse_dirs(dir_specs)
+    env = parse_env(env_pairs)
+    dirs = parse_dirs(dir_specs)
     # Opt-in, never inherited: a caller whose stdin is a pipe nobody closes
     # (a CI runner, a service manager) must not hang every run.
     stdin = stdin_file.read() if stdin_file is not None else None
@@ -118,6 +90,7 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs, \
                 _cancel_on_signals(cancel):
+            obs.sink.add(NoModelHint())
             result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
                               capture_output=False, on_event=obs.sink, cancel=cancel,
