@@ -22,7 +22,7 @@ from bench.guests import (
 )
 from bench.stats import Row, Series, Target, interleaved
 from spearpy import _native, abi
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from spearpy.guestcall import call_tool
 from spearpy.host import Host
 
@@ -158,7 +158,7 @@ def run(quick: bool) -> list[Row]:
 
 def _hostcall_row(guest: LiveGuest, plain: PlainGuest, repeats: int, batch: int) -> Row:
     fd = guest.session(tools=False)
-    session = guest.run.fds.get(fd, FdKind.CHAT_SESSION)
+    session = guest.run.fds.get(fd, ChatSessionFd).session
     rp, rl = guest.put(ROLE_PTR, b"user")
     cp, cl = guest.put(CONTENT_PTR, CONTENT)
     spear_loop = guest.exports["loop_write_msg"]

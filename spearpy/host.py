@@ -63,8 +63,13 @@ CLOSE_GRACE_S = 5.0
 
 
 class _EpochTicker:
-    def __init__(self, engine: wasmtime.Engine) -> None:
+    """Every tick moves the engine's epoch (running wasm checks its deadline
+    and cancel then) and wakes the waits of cancelled runs: a cancel is an
+    Event an embedder sets, which notifies no one by itself."""
+
+    def __init__(self, engine: wasmtime.Engine, active: set[GuestRun]) -> None:
         self._engine = engine
+        self._active = active
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="spearpy-epoch", daemon=True)
         self._thread.start()
@@ -72,6 +77,12 @@ class _EpochTicker:
     def _tick(self) -> None:
         while not self._stop.wait(EPOCH_TICK_S):
             self._engine.increment_epoch()
+            try:
+                for run in tuple(self._active):  # copied while holding the GIL
+                    if run.cancel_event.is_set():
+                        run.waker.wake()
+            except RuntimeError:
+                pass  # the set changed under a free-threaded build: next tick
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,9 +128,9 @@ class Host:
         self.tools = HostTools(
             python_tools=python_tools, mcp_dirs=config.mcp_dirs, mcp_servers=mcp_servers,
             secrets=[os.environ.get(name, "") for name in self.key_envs()])
-        self._ticker = _EpochTicker(self.engine)
         self._closed = False
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
+        self._ticker = _EpochTicker(self.engine, self._active)
         self._idle = threading.Condition(self._lock)
 
     # ---- modules -----------------------------------------------------------
@@ -347,8 +358,7 @@ class Host:
         with self._lock:
             self._closed = True
             for run in self._active:
-                run.note_interrupt("cancelled", "the Host was closed during the run")
-                run.cancel_event.set()
+                run.cancel("cancelled", "the Host was closed during the run")
             self._idle.wait_for(lambda: not self._active, timeout=grace)
             if not self._active:
                 self._ticker.stop()

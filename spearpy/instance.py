@@ -25,7 +25,7 @@ from spearpy.endings import (
     classify_error,
     classify_trap,
 )
-from spearpy.fdtable import FdKind, FdTable
+from spearpy.fds import ChatSessionFd, FdTable, Waker
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
 from spearpy.outcome import RunResult, exit_code_for
@@ -33,7 +33,7 @@ from spearpy.secret_env import guest_env
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
-    from spearpy.fdtable import ChatResponse
+    from spearpy.fds import ChatResponse
     from spearpy.host import Host, LoadedModule
     from spearpy.mcp.policy import TaskPolicy
 
@@ -98,6 +98,8 @@ class GuestRun:
         self.fds = FdTable(self.config.max_open_fds)
         self.events = EventBus(self.run_id, options.sinks)
         self.cancel_event = options.cancel or threading.Event()
+        # What the run's waits block on; the Host's ticker wakes it on cancel.
+        self.waker = Waker()
         self.started = time.monotonic()
         self.deadline = self.started + self.config.timeout if self.config.timeout else None
         self.tool_deadline: float | None = None
@@ -180,19 +182,26 @@ class GuestRun:
             raise _native.HostInterrupt(*reason)
 
     def wait(self, seconds: float) -> None:
-        """Sleep for the guest, never past the run deadline nor (inside a tool)
-        the tool's deadline, waking at once on cancel."""
-        end = time.monotonic() + max(0.0, seconds)
+        """Sleep for the guest (see block_until)."""
+        self.block_until(_never, seconds)
+
+    def block_until(self, done: Callable[[], bool], seconds: float | None) -> None:
+        """Wait on the run's waker until `done()`, for at most `seconds` (None:
+        no limit of its own), never past the run deadline nor (inside a tool)
+        the tool's; a cancel or a deadline ends the guest (HostInterrupt)."""
+        end = None if seconds is None else time.monotonic() + max(0.0, seconds)
         for limit in (self.deadline, self.tool_deadline):
-            if limit is not None and end > limit:
+            if limit is not None and (end is None or end > limit):
                 end = limit
-        while True:
-            self._check_any_interrupt()
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                break
-            self.cancel_event.wait(min(remaining, 0.25))
         self._check_any_interrupt()
+        self.waker.wait_until(lambda: done() or self.interrupt_reason() is not None, end)
+        self._check_any_interrupt()
+
+    def cancel(self, outcome: str, message: str) -> None:
+        """End the run from another thread: noted, and every wait wakes."""
+        self.note_interrupt(outcome, message)
+        self.cancel_event.set()
+        self.waker.wake()
 
     def effective_deadline(self) -> float | None:
         """The earliest deadline in force now: the run's, or inside a tool its own."""
@@ -376,9 +385,13 @@ class GuestRun:
 
     def close_all_sessions(self) -> None:
         for fd, entry in self.fds.entries():
-            if entry.kind is FdKind.CHAT_SESSION:
-                self.session_closed(entry.obj)
+            if isinstance(entry, ChatSessionFd):
+                self.session_closed(entry.session)
                 self.fds.close(fd)
+
+
+def _never() -> bool:
+    return False
 
 
 def _seconds(limit: float | None) -> str:

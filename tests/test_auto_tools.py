@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from spearpy import abi
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from tests.probe import Probe, tool_schema
 
 ECHO, WRONG, BOOM, LIAR, FAILS, BIG, BINARY, SPIN, REENTER = range(9)
@@ -206,7 +206,7 @@ def test_iteration_limit_answers_every_call(probe: Any, make_host: Any, scripted
     body = p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
     assert body["error"]["code"] == "tool_call_limit"
     assert len(server.requests) == 3
-    session_obj = p.run.fds.get(fd, FdKind.CHAT_SESSION)
+    session_obj = p.run.fds.get(fd, ChatSessionFd).session
     assert session_obj.pending_calls() == []
     ids = [c["id"] for m in session_obj.messages if m["role"] == "assistant"
            for c in m.get("tool_calls", [])]

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spearpy import abi
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, wat_module
@@ -412,8 +412,8 @@ class HostcallMachine(RuleBasedStateMachine):
         if not hasattr(self, "p"):
             return
         for _fd, entry in self.p.run.fds.entries():
-            if entry.kind is FdKind.CHAT_SESSION:
-                assert_valid_transcript(list(entry.obj.messages), pending_ok=True)
+            if isinstance(entry, ChatSessionFd):
+                assert_valid_transcript(list(entry.session.messages), pending_ok=True)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from spearpy import abi
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from tests.probe import tool_schema
 
 SUM_SCRIPT = {"rules": [{"when": {"no_tool_message": True},
@@ -85,7 +85,7 @@ def test_write_fn_registers_and_rejects(probe: Any) -> None:
     assert p.write_fn(fd, -1, tool_schema("negative")) == abi.EINVAL
     assert p.write_fn(5000, 0, tool_schema("x")) == abi.EBADF
     assert p.hc("cchat_write_fn", fd, 0, 4 * 65536, 10) == abi.EFAULT
-    session = p.run.fds.get(fd, FdKind.CHAT_SESSION)
+    session = p.run.fds.get(fd, ChatSessionFd).session
     specs = session.registry.specs()
     assert [s["function"]["name"] for s in specs] == ["echo", "bare"]
     assert specs[1]["type"] == "function"  # the bare form is wrapped
@@ -172,7 +172,7 @@ def test_unreachable_upstream_is_an_error_body(probe: Any) -> None:
     body = p.recv_json(rfd)
     assert body["error"]["code"] == "upstream_unreachable"
     assert "_spear" in body
-    assert p.run.fds.ready_events(rfd) & abi.EPOLLERR
+    assert p.run.fds.readiness(rfd) & abi.EPOLLERR
 
 
 def test_upstream_http_error_carries_its_message(probe: Any, make_host: Any,

@@ -29,7 +29,7 @@ import wasmtime
 
 from spearpy import abi
 from spearpy.capture import MAX_CAPTURE_BYTES
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
@@ -217,7 +217,7 @@ def test_tool_outputs_within_one_send_are_bounded(scripted: Any) -> None:
             with pytest.raises(wasmtime.WasmtimeError, match="keep more than"):
                 p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL)
             assert p.run.interrupt is not None and p.run.interrupt[0] == "memory_limit"
-            messages = list(p.run.fds.get(fd, FdKind.CHAT_SESSION).messages)
+            messages = list(p.run.fds.get(fd, ChatSessionFd).session.messages)
         finally:
             p.close()
     assert_valid_transcript(messages)

@@ -19,7 +19,7 @@ import pytest
 import wasmtime
 
 from spearpy import abi, instance
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
 from spearpy.instance import GuestRun
 from spearpy.testing import ScriptedServer
@@ -77,7 +77,7 @@ def tool_session(p: Probe, user: str, *, mode: int = 0, arena: bool = False) -> 
 
 def auto_send(p: Probe, fd: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     body = p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
-    session = p.run.fds.get(fd, FdKind.CHAT_SESSION)
+    session = p.run.fds.get(fd, ChatSessionFd).session
     messages = list(session.messages)
     assert_valid_transcript(messages)
     return body, [m for m in messages if m["role"] == "tool"]
@@ -229,7 +229,7 @@ def test_every_pointer_parameter_faults_cleanly_and_consumes_nothing(tool_upstre
         f = _fixture(p, tool_upstream)
         ok, _ = p.put(p.A, "user")
         cap = p.C
-        session = p.run.fds.get(f["fd"], FdKind.CHAT_SESSION)
+        session = p.run.fds.get(f["fd"], ChatSessionFd).session
         before = (list(session.messages), dict(session.params), session.registry.specs())
         _, body_before = p.recv(f["rfd"])
         calls = bad_pointer_calls(f, ok, cap)
@@ -240,7 +240,7 @@ def test_every_pointer_parameter_faults_cleanly_and_consumes_nothing(tool_upstre
         # Nothing was consumed or changed by any of them.
         assert (list(session.messages), dict(session.params), session.registry.specs()) == before
         assert p.recv(f["rfd"])[1] == body_before
-        assert not p.run.fds.entry(f["rfd"]).nonblock
+        assert not p.run.fds.lookup(f["rfd"]).nonblock
     finally:
         p.close()
     pointer_calls = {n for n, (params, _r, _f) in HOSTCALLS.items() if len(params) >= 3}

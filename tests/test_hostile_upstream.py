@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spearpy import abi
-from spearpy.fdtable import FdKind
+from spearpy.fds import ChatSessionFd
 from tests.probe import Probe, tool_schema, wat_module
 
 # A hostcall that hits a host bug answers EIO and logs; here it fails the test.
@@ -92,7 +92,7 @@ def session(p: Probe, *, arena: bool = False, timeout_ms: int | None = None) -> 
 
 
 def messages_of(p: Probe, fd: int) -> list[dict[str, Any]]:
-    return list(p.run.fds.get(fd, FdKind.CHAT_SESSION).messages)
+    return list(p.run.fds.get(fd, ChatSessionFd).session.messages)
 
 
 def call(name: str, arguments: Any = None, call_id: str | None = None,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from spearpy import abi
-from spearpy.fdtable import FdKind, FdTable
+from spearpy.fds import ChatResponse, ChatResponseFd, ChatSessionFd, EpollFd, FdTable
 from spearpy.host import Host
 from spearpy.hostcalls import chat
 from spearpy.testing import ScriptedServer
@@ -80,7 +80,7 @@ def test_a_tool_cannot_close_or_read_its_own_sends_response(guest: Probe) -> Non
     assert rfd == target
     body = p.recv_json(rfd)
     assert body["choices"][0]["message"]["content"] == "final: ok"
-    session = p.run.fds.get(fd, FdKind.CHAT_SESSION)
+    session = p.run.fds.get(fd, ChatSessionFd).session
     assert_valid_transcript(list(session.messages))
     assert [m["content"] for m in session.messages if m["role"] == "tool"] == ["ok"] * 7
 
@@ -124,24 +124,23 @@ def test_a_send_that_fails_inside_the_host_gives_its_fd_back(
     # No pending entry is left holding a slot of the table; the number is
     # spent like any closed fd's.
     assert len(p.run.fds) == open_before
-    assert p.run.fds.entry(target) is None
+    assert p.run.fds.lookup(target) is None
     assert p.hc("cchat_close", target) == 0
-    assert p.run.fds.get(fd, FdKind.CHAT_SESSION) is not None
+    assert p.run.fds.get(fd, ChatSessionFd).session is not None
 
 
 def test_pending_entries_in_the_table() -> None:
     table = FdTable(max_open=2)
-    fd = table.reserve(FdKind.CHAT_RESPONSE)
-    entry = table.entry(fd)
-    assert entry is not None and entry.pending
-    assert table.get(fd, FdKind.CHAT_RESPONSE) is None
+    slot = ChatResponseFd()
+    fd = table.open(slot)
+    assert slot.pending and table.get(fd, ChatResponseFd) is slot
+    assert table.get(fd, EpollFd) is None
     assert table.close(fd) == abi.EAGAIN
-    assert table.close(fd, FdKind.EPOLL) == abi.EBADF
-    assert table.ready_events(fd) == 0
-    assert table.reserve(FdKind.CHAT_RESPONSE) >= 0
-    assert table.reserve(FdKind.CHAT_RESPONSE) == abi.EMFILE  # pending fds count
-    table.fill(fd, FdKind.CHAT_RESPONSE, "body")
-    assert table.get(fd, FdKind.CHAT_RESPONSE) == "body"
+    assert table.readiness(fd) == 0 and slot.metrics() == abi.EAGAIN
+    assert table.open(ChatResponseFd()) >= 0
+    assert table.open(ChatResponseFd()) == abi.EMFILE  # pending fds count
+    slot.fill(ChatResponse(b"body", {"iterations": 1}, False))
+    assert table.readiness(fd) == abi.EPOLLIN and slot.metrics() == {"iterations": 1}
     assert table.close(fd) == 0
-    table.release(fd)  # a complete or closed fd is not a reservation: no-op
+    table.discard(fd)  # gone already: no-op
     assert table.close(fd) == 0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from spearpy import _json, abi
 from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
-from spearpy.fdtable import ChatResponse, FdKind
+from spearpy.fds import ChatResponse, ChatResponseFd, ChatSessionFd
 from spearpy.guesttools import GuestTools
 from spearpy.hostcalls.limits import SCHEMA_BYTES_PER_TOKEN, bounded, json_cost, json_tokens
 from spearpy.hostcalls.send import run_send
@@ -35,8 +35,8 @@ _SMALL_SCHEMA_TOKENS = 128
 
 
 def _session(run: GuestRun, fd: int) -> ChatSession | None:
-    session: ChatSession | None = run.fds.get(fd, FdKind.CHAT_SESSION)
-    return session
+    entry = run.fds.get(fd, ChatSessionFd)
+    return entry.session if entry is not None else None
 
 
 def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
@@ -55,10 +55,7 @@ def _busy(run: GuestRun, fd: int) -> bool:
 
 
 def cchat_create(run: GuestRun) -> int:
-    fd = run.fds.reserve(FdKind.CHAT_SESSION)
-    if fd >= 0:
-        run.fds.fill(fd, FdKind.CHAT_SESSION, ChatSession(fd))
-    return fd
+    return run.fds.open(lambda fd: ChatSessionFd(ChatSession(fd)))
 
 
 def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, content_ptr: int,
@@ -144,12 +141,12 @@ def _register(run: GuestRun, session: ChatSession, fn_offset: int, raw: bytes,
 
 
 def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
-    entry = run.fds.entry(fd)
-    if entry is None or entry.kind is FdKind.EPOLL:
+    entry = run.fds.lookup(fd)
+    if not isinstance(entry, ChatSessionFd | ChatResponseFd):
         return abi.EBADF
     try:
         if cmd == abi.CTL_SET_PARAM:
-            if entry.kind is not FdKind.CHAT_SESSION:
+            if not isinstance(entry, ChatSessionFd):
                 return abi.EBADF
             if _busy(run, fd):
                 return abi.EAGAIN
@@ -169,16 +166,18 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
                     or "value" not in request:
                 return abi.EINVAL
             key, value = request["key"], request["value"]
-            rc: int = (_set_mcp_param(run, entry.obj, key, value) if key.startswith("mcp.")
-                       else entry.obj.set_param(key, value))
+            session = entry.session
+            rc = (_set_mcp_param(run, session, key, value) if key.startswith("mcp.")
+                  else session.set_param(key, value))
             if rc == 0:
                 run.charge(cost, "a session param")
             return rc
         if cmd == abi.CTL_GET_METRICS:
-            if entry.pending:
-                return abi.EAGAIN  # a response whose send is still running
-            metrics = (entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE
-                       else entry.obj.last_metrics)
+            # A response fd gives that send's metrics (EAGAIN while it runs);
+            # a session fd its last send's.
+            metrics = entry.metrics()
+            if isinstance(metrics, int):
+                return metrics
             payload = json.dumps(metrics, separators=(",", ":")).encode()
             return run.memory.write_out(arg_ptr, arg_len_ptr, payload)
     except GuestFault:
@@ -194,8 +193,9 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
         return abi.EACCES
     # Refuse before going upstream: a reply nobody can read would be lost.
     # The fd stays pending until the send ends: a tool running inside it can
-    # neither close it nor read a body that does not exist yet (fdtable).
-    reserved = run.fds.reserve(FdKind.CHAT_RESPONSE)
+    # neither close it nor read a body that does not exist yet (fds/chat.py).
+    slot = ChatResponseFd()
+    reserved = run.fds.open(slot)
     if reserved < 0:
         return reserved
     hook = run.options.send_hook
@@ -204,11 +204,11 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
         hooked = hook(run, session, flags) if hook is not None else None
         response: ChatResponse = hooked if hooked is not None else run_send(run, session, flags)
     except BaseException:
-        run.fds.release(reserved)
+        run.fds.discard(reserved)
         raise
     finally:
         run.sending.discard(fd)
-    run.fds.fill(reserved, FdKind.CHAT_RESPONSE, response)
+    slot.fill(response)
     # A deadline or cancel that ended the send ends the run too; the body is
     # already stored, so nothing the guest could still read is lost.
     run.check_interrupt()
@@ -216,25 +216,23 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
 
 
 def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) -> int:
-    entry = run.fds.entry(response_fd)
-    if entry is None or entry.kind is not FdKind.CHAT_RESPONSE:
+    entry = run.fds.get(response_fd, ChatResponseFd)
+    if entry is None:
         return abi.EBADF
-    if entry.pending:
+    if entry.response is None:
         return abi.EAGAIN  # its send is still running: nothing to read yet
-    response: ChatResponse = entry.obj
     try:
-        return run.memory.write_out(out_ptr, out_len_ptr, response.body)
+        return run.memory.write_out(out_ptr, out_len_ptr, entry.response.body)
     except GuestFault:
         return abi.EFAULT
 
 
 def cchat_close(run: GuestRun, fd: int) -> int:
-    entry = run.fds.entry(fd)
-    if entry is not None and entry.kind is FdKind.CHAT_SESSION:
+    entry = run.fds.lookup(fd)
+    if isinstance(entry, ChatSessionFd):
         if _busy(run, fd):
             return abi.EAGAIN
-        run.session_closed(entry.obj)
-        return run.fds.close(fd)
-    if entry is not None and entry.kind is FdKind.EPOLL:
-        return abi.EBADF
+        run.session_closed(entry.session)
+    elif entry is not None and not isinstance(entry, ChatResponseFd):
+        return abi.EBADF  # not a chat fd: closed by its own family's close
     return run.fds.close(fd)

@@ -7,14 +7,14 @@ import struct
 from typing import TYPE_CHECKING
 
 from spearpy import _json, abi
-from spearpy.fdtable import EpollSet, FdKind, flags_json
+from spearpy.fds import EpollFd
+from spearpy.fds.epoll import VALID_EVENTS
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestRun
 
 _RECORD = struct.Struct("<ii")
-_VALID_EVENTS = abi.EPOLLIN | abi.EPOLLOUT | abi.EPOLLERR | abi.EPOLLHUP
 
 
 def _compact(value: object) -> bytes:
@@ -22,7 +22,7 @@ def _compact(value: object) -> bytes:
 
 
 def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
-    entry = run.fds.entry(fd)
+    entry = run.fds.lookup(fd)
     if entry is None:
         return abi.EBADF
     try:
@@ -47,15 +47,15 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
                 entry.nonblock = False
             return 0
         if cmd == abi.FD_CTL_GET_FLAGS:
-            payload = flags_json(entry)
+            payload = _compact({"flags": entry.flags()})
         elif cmd == abi.FD_CTL_GET_KIND:
-            payload = _compact({"kind": entry.kind.value})
+            payload = _compact({"kind": entry.kind})
         elif cmd == abi.FD_CTL_GET_STATUS:
-            payload = run.fds.status_json(fd, entry)
+            payload = run.fds.status_json(fd)
         elif cmd == abi.FD_CTL_GET_METRICS:
-            if entry.pending:
-                return abi.EAGAIN  # a response whose send is still running
-            metrics = entry.obj.metrics if entry.kind is FdKind.CHAT_RESPONSE else {}
+            metrics = entry.metrics()
+            if isinstance(metrics, int):
+                return metrics  # a response whose send is still running
             payload = _compact(metrics)
         else:
             return abi.EINVAL
@@ -65,20 +65,20 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
 
 
 def spear_epoll_create(run: GuestRun) -> int:
-    return run.fds.open(FdKind.EPOLL, EpollSet())
+    return run.fds.open(EpollFd())
 
 
 def spear_epoll_ctl(run: GuestRun, epfd: int, op: int, fd: int, events: int) -> int:
-    epoll = run.fds.get(epfd, FdKind.EPOLL)
+    epoll = run.fds.get(epfd, EpollFd)
     if epoll is None:
         return abi.EBADF
-    target = run.fds.entry(fd)
+    target = run.fds.lookup(fd)
     if target is None:
         return abi.EBADF
-    if fd == epfd or target.kind is FdKind.EPOLL:
+    if target is epoll or isinstance(target, EpollFd):
         return abi.EINVAL
     if op in (abi.EPOLL_CTL_ADD, abi.EPOLL_CTL_MOD):
-        epoll.interests[fd] = events & _VALID_EVENTS
+        epoll.interests[fd] = events & VALID_EVENTS
         return 0
     if op == abi.EPOLL_CTL_DEL:
         epoll.interests.pop(fd, None)
@@ -88,23 +88,15 @@ def spear_epoll_ctl(run: GuestRun, epfd: int, op: int, fd: int, events: int) -> 
 
 def spear_epoll_wait(run: GuestRun, epfd: int, out_ptr: int, out_len_ptr: int,
                      timeout_ms: int) -> int:
-    epoll = run.fds.get(epfd, FdKind.EPOLL)
+    epoll = run.fds.get(epfd, EpollFd)
     if epoll is None:
         return abi.EBADF
-    ready = []
-    for fd in sorted(epoll.interests):
-        # ERR and HUP are always reported, as with Linux epoll.
-        mask = run.fds.ready_events(fd) & (epoll.interests[fd] | abi.EPOLLERR | abi.EPOLLHUP)
-        if mask:
-            ready.append((fd, mask))
     try:
         capacity = run.memory.read_u32(out_len_ptr)
+        ready = epoll.ready(run.fds)
+        if not ready and timeout_ms != 0:
+            ready = _wait_for_ready(run, epoll, timeout_ms)
         if not ready:
-            # Sends complete synchronously, so nothing can become ready while
-            # we wait: a finite timeout is honoured (bounded by the run
-            # deadline); an infinite one would deadlock and returns at once.
-            if timeout_ms > 0:
-                run.wait(timeout_ms / 1000.0)
             run.memory.write_u32(out_len_ptr, 0)
             return 0
         if capacity < _RECORD.size:
@@ -118,5 +110,26 @@ def spear_epoll_wait(run: GuestRun, epfd: int, out_ptr: int, out_len_ptr: int,
         return abi.EFAULT
 
 
+def _wait_for_ready(run: GuestRun, epoll: EpollFd, timeout_ms: int) -> list[tuple[int, int]]:
+    """Block on the run's waker until an interest is ready, the timeout passes
+    or the run is interrupted (deadline, cancel: the guest ends with a trap).
+    An infinite timeout over fds that cannot change while the guest waits
+    (chat fds: sends complete synchronously) returns at once: it could only
+    deadlock."""
+    if timeout_ms < 0 and not epoll.watches_changing(run.fds):
+        return []
+    ready: list[tuple[int, int]] = []
+
+    def done() -> bool:
+        nonlocal ready
+        ready = epoll.ready(run.fds)
+        return bool(ready)
+
+    run.block_until(done, timeout_ms / 1000.0 if timeout_ms > 0 else None)
+    return ready
+
+
 def spear_epoll_close(run: GuestRun, epfd: int) -> int:
-    return run.fds.close(epfd, FdKind.EPOLL)
+    if run.fds.get(epfd, EpollFd) is None:
+        return abi.EBADF if run.fds.lookup(epfd) is not None else run.fds.close(epfd)
+    return run.fds.close(epfd)

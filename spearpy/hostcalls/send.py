@@ -25,7 +25,7 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.fdtable import ChatResponse, FdKind
+from spearpy.fds import ChatResponse, ChatSessionFd
 from spearpy.hostcalls import upstream
 from spearpy.observe import events as ev
 
@@ -67,8 +67,8 @@ def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -
 
 def _registered(run: GuestRun, fd: int, name: str) -> bool:
     # Metrics use a call's name as a label only when it names a registered tool.
-    session = run.fds.get(fd, FdKind.CHAT_SESSION)
-    return session is not None and name in session.registry
+    entry = run.fds.get(fd, ChatSessionFd)
+    return entry is not None and entry.session.registry.get(name) is not None
 
 
 def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
@@ -125,7 +125,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                 timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event,
                 stream=stream, on_delta=tokens)
             asked = time.monotonic()
-            result = upstream.complete(backend, request, run.options.cancel is not None)
+            result = upstream.complete(backend, request,
+                                       run.waker if run.options.cancel is not None else None)
             if tokens is not None:
                 tokens.close()
             if result is None:

@@ -2,7 +2,8 @@
 
 httpx's synchronous client cannot be interrupted while it waits for an
 answer, so a run that may be cancelled waits for the request on a worker
-thread and gives up on it as soon as the cancel event is set. The abandoned
+thread, blocked on the run's waker, which the worker wakes when the request
+ends and the Host's ticker wakes when the run is cancelled. The abandoned
 request ends on its own (request timeout, run deadline, or the Host closing
 its client) and the backend starts no further attempt, because the request
 carries the same cancel event.
@@ -16,10 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend, CompletionRequest
     from spearpy.chat.protocol import CompletionResult
-
-# How often a waiting run looks at its cancel event. Cancel latency is at
-# most this; the epoch ticker that does the same for running wasm is 10 ms.
-CANCEL_POLL_S = 0.02
+    from spearpy.fds import Waker
 
 
 class _Outcome:
@@ -32,14 +30,14 @@ class _Outcome:
 
 
 def complete(backend: Backend, request: CompletionRequest,
-             cancellable: bool) -> CompletionResult | None:
+             waker: Waker | None) -> CompletionResult | None:
     """The backend's result, or None when the run was cancelled first.
 
-    Runs that nobody can cancel call the backend directly: a thread per
-    request is only worth paying for when a cancel can arrive.
+    Runs that nobody can cancel (no waker) call the backend directly: a
+    thread per request is only worth paying for when a cancel can arrive.
     """
     cancel = request.cancel
-    if not cancellable or cancel is None:
+    if waker is None or cancel is None:
         return backend.complete(request)
     if cancel.is_set():
         return None
@@ -52,11 +50,12 @@ def complete(backend: Backend, request: CompletionRequest,
             outcome.error = exc
         finally:
             outcome.done.set()
+            waker.wake()
 
     threading.Thread(target=work, name="spearpy-upstream", daemon=True).start()
-    while not outcome.done.wait(CANCEL_POLL_S):
-        if cancel.is_set():
-            return None
+    waker.wait_until(lambda: outcome.done.is_set() or cancel.is_set(), None)
+    if not outcome.done.is_set():
+        return None
     if outcome.error is not None:
         raise outcome.error
     return outcome.result

@@ -1,0 +1,42 @@
+"""What every fd of a run's table is: a small object that says its readiness,
+its metrics and whether it may close now. The table and epoll ask these
+questions and never look at which kind answers them."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from spearpy import abi
+
+
+class Fd:
+    kind: ClassVar[str] = ""  # what spear_fd_ctl GET_KIND reports
+    __slots__ = ("nonblock",)
+
+    def __init__(self) -> None:
+        self.nonblock = False
+
+    def readiness(self) -> int:
+        """The EPOLL* bits true now."""
+        return 0
+
+    def can_change(self) -> bool:
+        """Whether readiness may change while the guest waits (an fd fed from
+        another thread): only then is an infinite epoll wait worth blocking."""
+        return False
+
+    @property
+    def pending(self) -> bool:
+        """Reserved for what a running send will produce: not usable yet."""
+        return False
+
+    def close(self) -> int:
+        """0 to let the table drop it, or the errno that refuses the close."""
+        return abi.EAGAIN if self.pending else 0
+
+    def metrics(self) -> dict[str, Any] | int:
+        """GET_METRICS JSON, or the errno that refuses it."""
+        return abi.EAGAIN if self.pending else {}
+
+    def flags(self) -> list[str]:
+        return ["O_NONBLOCK"] if self.nonblock else []
