@@ -26,12 +26,14 @@ if TYPE_CHECKING:
     from spearpy.errors import ConfigError, ModuleLoadError, SpearpyError
     from spearpy.host import Host, LoadedModule
     from spearpy.outcome import EXIT_CODES, RunResult
+    from spearpy.tools.python import PythonTools
 
 _WHERE = {
     "EXIT_CODES": "outcome", "ConfigError": "errors", "Host": "host", "HostConfig": "config",
     "LoadedModule": "host", "ModuleLoadError": "errors", "RunHandle": "embed",
     "RunResult": "outcome", "SpearpyError": "errors", "Backend": "backends.base",
     "CompletionRequest": "backends.base", "CompletionResult": "chat.protocol",
+    "PythonTools": "tools.python",
 }
 __all__ = [
     "EXIT_CODES",
@@ -43,6 +45,7 @@ __all__ = [
     "HostConfig",
     "LoadedModule",
     "ModuleLoadError",
+    "PythonTools",
     "RunHandle",
     "RunResult",
     "SpearpyError",

@@ -26,16 +26,16 @@ from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
 from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
-from spearpy.hosttools import HostTools, task_policy
 from spearpy.instance import GuestLogSink, GuestRun, RunOptions
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
 from spearpy.secret_env import passed_through
+from spearpy.tools.host import HostTools, task_policy
 
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.session import ChatSession
-    from spearpy.pytools import PythonTools
+    from spearpy.tools.python import PythonTools
 
 # Epoch ticks drive deadline and cancel checks inside running wasm: 10 ms
 # bounds how late a deadline fires while costing ~100 wakeups a second.

@@ -17,7 +17,7 @@ from spearpy.chat.protocol import (
 )
 from spearpy.chat.registry import ToolRegistry, parse_tool_schema
 from spearpy.chat.session import ChatSession
-from spearpy.pytools import PythonTools
+from spearpy.tools.python import PythonTools
 
 tools = PythonTools()
 

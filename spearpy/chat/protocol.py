@@ -1,6 +1,6 @@
 """Plain value types exchanged between the ToolLoop and its driver.
 
-The loop is sans-IO: the driver (hostcalls/chat.py) performs every action the
+The loop is sans-IO: the driver (spearpy/driver/send.py) performs every action the
 loop asks for and feeds the results back. Nothing here imports wasmtime or
 httpx.
 

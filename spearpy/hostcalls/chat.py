@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from spearpy import _json, abi
 from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
+from spearpy.driver.send import run_send
 from spearpy.fds import ChatResponse, ChatResponseFd, ChatSessionFd
-from spearpy.guesttools import GuestTools
 from spearpy.hostcalls.limits import SCHEMA_BYTES_PER_TOKEN, bounded, json_cost, json_tokens
-from spearpy.hostcalls.send import run_send
 from spearpy.memory import GuestFault
+from spearpy.tools.guest import GuestTools
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestRun

@@ -25,8 +25,8 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
+from spearpy.driver import upstream
 from spearpy.fds import ChatResponse, ChatSessionFd
-from spearpy.hostcalls import upstream
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:

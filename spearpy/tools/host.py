@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from spearpy.mcp.client import McpManager
     from spearpy.mcp.policy import TaskPolicy
     from spearpy.mcp.source import McpTools
-    from spearpy.pytools import PythonTools
+    from spearpy.tools.python import PythonTools
 
 # (server id, why) for each MCP server that could not offer its tools.
 FailureSink = Callable[[str, str], None]
