@@ -10,25 +10,27 @@ import click
 
 
 @click.command()
-@click.argument("target", metavar="TRANSCRIPT|RUN_ID")
+@click.argument("targets", metavar="TRANSCRIPT|RUN_ID...", nargs=-1, required=True)
 @click.option("--transcript-dir", type=click.Path(file_okay=False), default=None,
               help="where to look a RUN_ID up [env SPEARPY_TRANSCRIPT_DIR; ./transcripts]")
 @click.option("--json", "as_json", is_flag=True,
               help="print the transcript JSON (a list when the run had several sessions)")
 @click.option("--full", is_flag=True, help="do not shorten long messages and tool outputs")
-def show(target: str, transcript_dir: str | None, as_json: bool, full: bool) -> None:
+def show(targets: tuple[str, ...], transcript_dir: str | None, as_json: bool,
+         full: bool) -> None:
     """Show a finished run's conversation: roles, tool calls with their
     arguments and results, durations and token usage.
 
     TRANSCRIPT is a file written by `spearpy run --transcript DIR`; a RUN_ID
     (or the start of one) shows every session of that run found in the
-    transcript directory. Colour on a terminal, plain text when piped.
+    transcript directory. Several may be given (`spearpy show transcripts/*`).
+    Colour on a terminal, plain text when piped.
     """
     from spearpy.show import DEFAULT_MAX_LINES, TranscriptNotFound, default_dir, find, load
 
     directory = Path(transcript_dir) if transcript_dir else default_dir()
     try:
-        records = [load(path) for path in find(target, directory)]
+        records = [load(path) for target in targets for path in find(target, directory)]
     except TranscriptNotFound as exc:
         click.echo(f"spearpy show: {exc}", err=True)
         sys.exit(2)
