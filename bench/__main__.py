@@ -25,6 +25,7 @@ SCENARIOS = {
     "S": "bench.scenarios",
     "P3": "bench.p3_startup",
     "P4": "bench.p4_concurrency",
+    "M": "bench.m_mcp",
 }
 
 
