@@ -18,7 +18,14 @@ from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
     from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS
-    from spearpy.batch.jobs import WORKER_LOST, BatchError, BatchInput, WorkerError, read_inputs
+    from spearpy.batch.jobs import (
+        WORKER_LOST,
+        BatchError,
+        BatchInput,
+        RunSettings,
+        WorkerError,
+        read_inputs,
+    )
     from spearpy.batch.local import ThreadExecutor
     from spearpy.batch.procs import ProcessExecutor
     from spearpy.batch.ray_exec import RayExecutor
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "DEFAULT_MAX_ATTEMPTS": "dispatch", "WORKER_LOST": "jobs", "BatchError": "jobs",
-    "BatchInput": "jobs", "WorkerError": "jobs", "read_inputs": "jobs",
+    "BatchInput": "jobs", "RunSettings": "jobs", "WorkerError": "jobs", "read_inputs": "jobs",
     "ThreadExecutor": "local", "ProcessExecutor": "procs", "RayExecutor": "ray_exec",
     "BatchSummary": "runner", "Executor": "runner", "default_layout": "runner",
     "run_batch": "runner", "WorkerSpec": "spec",
@@ -42,6 +49,7 @@ __all__ = [
     "Executor",
     "ProcessExecutor",
     "RayExecutor",
+    "RunSettings",
     "ThreadExecutor",
     "WorkerError",
     "WorkerSpec",
