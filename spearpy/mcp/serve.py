@@ -10,9 +10,8 @@ awaited, so any number of MCP requests share one single-threaded wasm store.
 A call that traps, times out or fails its checks is an `isError` result in
 the loop's error shape; only that call fails.
 
-Over stdio the protocol owns this process's stdin and stdout: `claim_stdio`
-moves them aside before the guest starts, so whatever the guest (or a stray
-print) writes to fd 1 lands on stderr, not on the wire.
+Over stdio the wire is moved off fd 1 before the guest starts
+(`wire.claim_stdio`), so whatever the guest prints lands on stderr.
 """
 
 from __future__ import annotations
@@ -20,26 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import io
 import os
-import signal
-import socket
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
-import anyio.to_thread
 import mcp_types as types
-import uvicorn
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from spearpy import abi
 from spearpy.chat.session import tool_error_content
 from spearpy.embed import start_run
+from spearpy.mcp import wire
 from spearpy.mcp.bridge import BridgeClosed, GuestBridge, GuestTool
 
 if TYPE_CHECKING:
@@ -154,26 +147,6 @@ class GuestToolServer:
         return Server(self.name, version=_version(), on_list_tools=list_tools,
                       on_call_tool=call_tool)
 
-    async def serve_stdio(self, wire: tuple[int, int]) -> None:
-        """Serve over the (stdin, stdout) fds `claim_stdio` kept, until the
-        client closes stdin or a signal arrives."""
-        server = self.mcp_server()
-        stdin = _Lines(io.TextIOWrapper(os.fdopen(wire[0], "rb", closefd=False),
-                                        encoding="utf-8", errors="replace"))
-        stdout = anyio.wrap_file(io.TextIOWrapper(os.fdopen(wire[1], "wb", closefd=False),
-                                                  encoding="utf-8"))
-        with anyio.CancelScope() as scope, _stop_on_signals(scope.cancel):
-            async with stdio_server(stdin=cast(Any, stdin), stdout=stdout) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-
-    async def serve_http(self, sock: socket.socket) -> None:
-        """Serve streamable HTTP at /mcp on a bound socket until a signal."""
-        app = self.mcp_server().streamable_http_app(host=sock.getsockname()[0])
-        web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                      timeout_graceful_shutdown=2))
-        with _stop_on_signals(lambda: setattr(web, "should_exit", True)):
-            await web.serve(sockets=[sock])
-
 
 def serve(server: GuestToolServer, http: str | None = None,
           announce: Callable[[str], None] | None = None) -> RunResult | None:
@@ -182,112 +155,24 @@ def serve(server: GuestToolServer, http: str | None = None,
     the run ended. `announce` gets one line saying what is served where."""
     say = announce or (lambda _line: None)
     if http is not None:
-        sock = bind(http)
+        sock = wire.bind(http)
         try:
             tools = server.start()
             host, port = sock.getsockname()[:2]
             say(f"serving {_names(tools)} on http://{_netloc(host, port)}/mcp")
-            anyio.run(server.serve_http, sock)
+            anyio.run(wire.serve_http, server.mcp_server(), sock)
         finally:
             sock.close()
             result = server.close()
         return result
-    with claim_stdio() as wire:
+    with wire.claim_stdio() as fds:
         try:
             tools = server.start()
             say(f"serving {_names(tools)} over stdio")
-            anyio.run(server.serve_stdio, wire)
+            anyio.run(wire.serve_stdio, server.mcp_server(), fds)
         finally:
             result = server.close()
     return result
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal capture: it re-raises a captured signal
-    after stopping, and a SIGTERM would then kill the process before the
-    guest's shutdown. `_stop_on_signals` handles them instead."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-class _Lines:
-    """Lines of a blocking text stream for the SDK's stdio transport. Unlike
-    anyio's file wrapper, a cancelled read is abandoned at once, so a signal
-    ends the server without waiting for the client's next line."""
-
-    def __init__(self, stream: io.TextIOWrapper) -> None:
-        self._stream = stream
-
-    def __aiter__(self) -> _Lines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await anyio.to_thread.run_sync(self._stream.readline, abandon_on_cancel=True)
-        if not line:
-            raise StopAsyncIteration
-        return line
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: Callable[[], object]) -> Iterator[None]:
-    """SIGINT/SIGTERM call `stop` (only the main thread can own signals)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop)
-    try:
-        yield
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-
-
-@contextlib.contextmanager
-def claim_stdio() -> Iterator[tuple[int, int]]:
-    """Keep the protocol's stdin/stdout on private fds and point fd 0 at
-    /dev/null and fd 1 at stderr while serving, so a guest's printf (wasmtime
-    writes to fd 1) can never corrupt the wire. Restored on exit."""
-    sys.stdout.flush()
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    saved_in, saved_out = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        os.dup2(null, 0)
-        os.dup2(2, 1)
-        yield wire_in, wire_out
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved_in, 0)
-        os.dup2(saved_out, 1)
-        for fd in (null, saved_in, saved_out, wire_in, wire_out):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def bind(address: str) -> socket.socket:
-    """A listening socket for HOST:PORT (PORT 0: any free port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port)))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 def _start_run(host: Host, module: str | os.PathLike[str] | bytes | LoadedModule,
@@ -307,7 +192,11 @@ class _HookedHost:
             dirs: list[tuple[str, str]] | None, capture_output: bool,
             limits: dict[str, Any] | None) -> RunResult:
         from spearpy.instance import GuestRun, RunOptions
+        from spearpy.secret_env import passed_through
 
+        # Host.run's own check: a backend's key never reaches the guest.
+        passed_through(os.environ, [k for k, v in (env or {}).items() if v is None],
+                       self._host.key_envs())
         options = RunOptions(argv=list(argv), env=dict(env) if env else None,
                              dirs=list(dirs or []), invoke=invoke, capture_output=capture_output,
                              cancel=cancel, limits=limits, send_hook=self._hook)
