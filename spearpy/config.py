@@ -92,6 +92,9 @@ class HostConfig(BaseSettings):
     # Named backends (TOML); None = ~/.config/spearpy/config.toml when it exists.
     config_file: Path | None = Field(
         None, validation_alias="SPEARPY_CONFIG")
+    # Model names the guest asks for -> "BACKEND" or "BACKEND:MODEL" (the
+    # config file's [models] table, over it); checked when the Host starts.
+    model_aliases: dict[str, str] = Field(default_factory=dict)
     record: Path | None = None  # write every upstream exchange to this cassette
     # openai-python uses 600 s; agents wait on tools too, so fail a stuck upstream sooner.
     request_timeout: float = Field(120.0, gt=0)

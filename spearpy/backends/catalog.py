@@ -8,7 +8,11 @@ Sources, merged once when the Host starts:
   NAME` instead picks a configured backend as the default;
 - `--backend replay:FILE` replaces all of that with the backends recorded in
   the cassette, each replaying its exchanges;
-- `--record FILE` wraps every backend built so its exchanges land in FILE.
+- `--record FILE` wraps every backend built so its exchanges land in FILE;
+- the file's `[models]` aliases (and `--model-alias`, HostConfig.model_aliases,
+  over them), `[[routes]]` and `[circuit_breaker]`: `routing`, checked here
+  against the backends above (a whole-host replay holds only the backends its
+  run used, so there the router skips the others instead).
 
 Backends are built lazily (a scripted one starts a server), once per name;
 so are their modules: a host whose guests never send imports no httpx. What
@@ -20,6 +24,7 @@ not an unrelated error body at the guest's first send.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -28,8 +33,9 @@ from spearpy.backends.config_file import (
     BackendSpec,
     HostDefaults,
     default_config_path,
-    load_config_file,
+    load_config,
 )
+from spearpy.backends.routing.spec import AliasSpec, RoutingSpec, first_error
 from spearpy.config import url_problem
 from spearpy.errors import ConfigError
 
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from spearpy.backends.cassette import CassetteWriter
     from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
     from spearpy.backends.replay import ReplayCursor
+    from spearpy.backends.router import Lookup, Router
     from spearpy.config import HostConfig
 
 _SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
@@ -52,13 +59,15 @@ class BackendSpecError(ConfigError, ValueError):
 
 class BackendCatalog:
     def __init__(self, specs: dict[str, BackendSpec], default: str, defaults: HostDefaults,
-                 *, record: str | None = None, replay: ReplayCursor | None = None) -> None:
+                 *, record: str | None = None, replay: ReplayCursor | None = None,
+                 routing: RoutingSpec | None = None) -> None:
         if default not in specs:
             raise ConfigError(f"the default backend {default!r} is not configured")
         self.specs = dict(specs)
         self.default = default
         self.defaults = defaults
         self.replay = replay  # set when the whole host replays one cassette
+        self.routing = routing or RoutingSpec()  # not `active`: no router at all
         self.writer: CassetteWriter | None = None
         if record:
             from spearpy.backends.cassette import CassetteWriter
@@ -72,8 +81,9 @@ class BackendCatalog:
     def from_config(cls, config: HostConfig) -> BackendCatalog:
         defaults = HostDefaults(config.model, config.request_timeout, config.max_retries)
         record = str(config.record) if config.record is not None else None
-        specs, default, cursor = _resolve(config)
-        return cls(specs, default, defaults, record=record, replay=cursor)
+        resolved = _resolve(config)
+        return cls(resolved.specs, resolved.default, defaults, record=record,
+                   replay=resolved.cursor, routing=resolved.routing)
 
     @property
     def names(self) -> list[str]:
@@ -87,6 +97,40 @@ class BackendCatalog:
 
     def unknown(self, name: str) -> str:
         return f"unknown backend {name!r}; configured backends: {', '.join(self.names)}"
+
+    def default_model(self, name: str) -> str | None:
+        """The model a backend uses when the guest sets none, read from its
+        spec (nothing is built): for aliases and `spearpy routes explain`."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        if spec.kind == "replay" and self.replay is not None:
+            recorded = self.replay.data["backends"].get(name, {})
+            model = recorded.get("model") if isinstance(recorded, dict) else None
+            return model if isinstance(model, str) and model else None
+        return spec.model or self.defaults.model or ("scripted" if spec.kind == "scripted"
+                                                     else None)
+
+    def router(self, lookup: Lookup) -> Router | None:
+        """The host's router over `lookup` (the host's backends by name), or
+        None when nothing is routed: no aliases and no routes."""
+        if not self.routing.active:
+            return None
+        from spearpy.backends.router import Router
+
+        replaying = self.replay is not None
+        return Router(self.routing, self.default, lookup, self.default_model,
+                      known=self.specs.__contains__ if replaying else None,
+                      follow=self.next_recorded if replaying else None)
+
+    def next_recorded(self) -> str | None:
+        """The backend of the next exchange a whole-host replay will serve."""
+        cursor = self.replay
+        if cursor is None:
+            return None
+        index = cursor.served
+        exchanges = cursor.exchanges
+        return str(exchanges[index]["backend"]) if index < len(exchanges) else None
 
     def build(self, name: str) -> HTTPBackend:
         spec = self.specs[name]
@@ -154,10 +198,20 @@ def check_config(config: HostConfig) -> None:
     _resolve(config)
 
 
-def _resolve(config: HostConfig) -> tuple[dict[str, BackendSpec], str, ReplayCursor | None]:
-    """(the backends by name, the default's name, the cursor of a whole-host
-    replay), every spec checked."""
+@dataclass(slots=True)
+class _Resolved:
+    specs: dict[str, BackendSpec]
+    default: str
+    cursor: ReplayCursor | None = None  # a whole-host replay's
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
+
+
+def _resolve(config: HostConfig) -> _Resolved:
+    """The backends by name, the default's name, the cursor of a whole-host
+    replay and the routing, every spec checked."""
     chosen = config.backend
+    loaded = load_config(config.config_file)  # a replay routes as the recorded run did
+    file_label = f"config file {str(config.config_file or default_config_path())!r}"
     if chosen is not None and chosen.startswith("replay:"):
         from spearpy.backends.replay import ReplayCursor
 
@@ -168,10 +222,11 @@ def _resolve(config: HostConfig) -> tuple[dict[str, BackendSpec], str, ReplayCur
                 from None
         default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
         names = {*cursor.data["backends"], default}
-        return {n: BackendSpec(kind="replay", cassette=cursor.path) for n in names}, default, cursor
-    specs, default = load_config_file(config.config_file)
-    where = {name: f"config file {str(config.config_file or default_config_path())!r}: "
-                   f"[backends.{name}]" for name in specs}
+        routing = loaded.routing.with_aliases(_flag_aliases(config, None))
+        return _Resolved({n: BackendSpec(kind="replay", cassette=cursor.path) for n in names},
+                         default, cursor, routing)
+    specs, default = loaded.specs, loaded.default
+    where = {name: f"{file_label}: [backends.{name}]" for name in specs}
     if chosen is not None and chosen in specs:
         default = chosen
     elif chosen is not None:
@@ -186,7 +241,28 @@ def _resolve(config: HostConfig) -> tuple[dict[str, BackendSpec], str, ReplayCur
         default = "openai"
     for name, spec in specs.items():
         _check_spec(spec, where[name])
-    return specs, default, None
+    loaded.routing.check_backends(set(specs), file_label)
+    routing = loaded.routing.with_aliases(_flag_aliases(config, set(specs)))
+    return _Resolved(specs, default, None, routing)
+
+
+def _flag_aliases(config: HostConfig, known: set[str] | None) -> dict[str, AliasSpec]:
+    """HostConfig.model_aliases (`--model-alias NAME=BACKEND[:MODEL]`), each
+    naming a backend in `known` (None: not checked)."""
+    aliases: dict[str, AliasSpec] = {}
+    for model, target in config.model_aliases.items():
+        where = f"model alias {model}={target} (--model-alias, SPEARPY_MODEL_ALIASES)"
+        try:
+            alias = AliasSpec.parse(target)
+        except ValidationError as exc:
+            raise BackendSpecError(f"{where}: {first_error(exc)}") from None
+        except ValueError as exc:
+            raise BackendSpecError(f"{where}: {exc}") from None
+        if known is not None and alias.backend not in known:
+            raise BackendSpecError(f"{where}: backend {alias.backend!r} is not configured "
+                                   f"(configured: {', '.join(sorted(known))})")
+        aliases[model] = alias
+    return aliases
 
 
 def _check_spec(spec: BackendSpec, where: str) -> None:

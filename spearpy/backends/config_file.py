@@ -19,6 +19,10 @@ model = "claude-sonnet-4-5"
 max_tokens = 8192
 ```
 
+Routing across these backends (`[models]` aliases, `[[routes]]`,
+`[circuit_breaker]`) is parsed by spearpy.backends.routing.spec; the `[mcp]`
+table belongs to spearpy.mcp.
+
 The whole file is validated when the host starts, so a typo fails at once
 with the offending key named, not at the guest's first send.
 """
@@ -28,13 +32,15 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spearpy.backends.quirks import PROFILES, quirk_profile
+from spearpy.backends.routing.spec import TABLES as ROUTING_TABLES
+from spearpy.backends.routing.spec import RoutingSpec, parse_routing
 from spearpy.errors import ConfigError
 
 Kind = Literal["openai", "anthropic", "scripted", "replay"]
@@ -44,6 +50,8 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "anthropic": "https://api.anthropic.com/v1",
 }
 DEFAULT_KEY_ENVS: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+# `mcp` is read by spearpy.mcp (record dirs and servers), not here.
+TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp")
 
 
 class BackendSpec(BaseModel):
@@ -102,13 +110,27 @@ def default_config_path() -> Path:
     return Path(base) / "spearpy" / "config.toml"
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    specs: dict[str, BackendSpec]
+    default: str | None = None
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
+
+
 def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
     """(backends by name, the file's default) from `path`, or from the default
     location if `path` is None and that file exists."""
+    loaded = load_config(path)
+    return loaded.specs, loaded.default
+
+
+def load_config(path: Path | None) -> ConfigFile:
+    """The whole file (backends, default, routing); empty when `path` is None
+    and the default location holds no file."""
     explicit = path is not None
     path = path if path is not None else default_config_path()
     if not explicit and not path.is_file():
-        return {}, None
+        return ConfigFile({})
     try:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
@@ -116,14 +138,16 @@ def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | N
         raise ConfigError(f"cannot read the config file {str(path)!r}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from exc
-    return parse_config(raw, path)
+    specs, default = parse_config(raw, path)
+    return ConfigFile(specs, default, parse_routing(raw, f"config file {str(path)!r}"))
 
 
 def parse_config(raw: dict[str, object], path: Path) -> tuple[dict[str, BackendSpec], str | None]:
     where = f"config file {str(path)!r}"
-    unknown = sorted(set(raw) - {"default", "backends"})
+    unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
-        raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: default, backends")
+        raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: "
+                          f"{', '.join(TOP_LEVEL)}")
     tables = raw.get("backends", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: `backends` must be a table of [backends.NAME] tables")
@@ -164,5 +188,5 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {message}"
 
 
-__all__ = ["PROFILES", "BackendSpec", "HostDefaults", "default_config_path", "load_config_file",
-           "parse_config"]
+__all__ = ["PROFILES", "BackendSpec", "ConfigFile", "HostDefaults", "default_config_path",
+           "load_config", "load_config_file", "parse_config"]
