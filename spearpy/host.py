@@ -123,6 +123,8 @@ class Host:
         self._own_names: set[str] = set()  # names given to use_backend
         # Read now: a broken config file or cassette fails the Host, not a send.
         self._catalog = BackendCatalog.from_config(config)
+        # None unless the config routes ([models] aliases, [[routes]]).
+        self._router = self._catalog.router(self._named_backend)
         # The task layer is the operator's: a typo in it fails the Host.
         self.task_policy = task_policy(config.task_params)
         self.tools = HostTools(
@@ -223,8 +225,16 @@ class Host:
         if previous is not None and previous is not backend:
             previous.close()
 
-    def backend_for(self, name: object) -> tuple[Backend | None, str | None]:
-        """The backend a session asked for (None = the default), or an error text."""
+    def backend_for(self, name: object, model: object = None,
+                    session: object = None) -> tuple[Backend | None, str | None]:
+        """The backend a session asked for (None = the default), or an error text.
+        When the host routes, one that routes each completion of the send
+        (`model`: the guest's model param; `session`: whose history it reads)."""
+        if self._router is not None:
+            return self._router.session_backend(name, model, session)
+        return self._named_backend(name)
+
+    def _named_backend(self, name: object) -> tuple[Backend | None, str | None]:
         catalog = self._catalog
         requested = name if isinstance(name, str) else ""
         with self._backend_lock:
@@ -348,7 +358,11 @@ class Host:
             "params": {k: v for k, v in session.params.items()},
             "tools": session.registry.specs() or [],
             "messages": list(session.messages),
+            **({"routes": routes} if (routes := self._routes_of(session)) else {}),
         }
+
+    def _routes_of(self, session: ChatSession) -> list[dict[str, Any]]:
+        return self._router.records(session) if self._router is not None else []
 
     def close(self, grace: float = CLOSE_GRACE_S) -> None:
         """Cancel the runs still in progress, give them `grace` seconds to end,

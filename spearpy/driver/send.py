@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from spearpy import abi
 from spearpy._native import HostInterrupt
 from spearpy.backends.base import CompletionRequest
+from spearpy.backends.router import route_record
 from spearpy.chat.loop import ToolLoop
 from spearpy.chat.params import forwarded_params, resolve_limits
 from spearpy.chat.protocol import (
@@ -74,7 +75,7 @@ def _registered(run: GuestRun, fd: int, name: str) -> bool:
 def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     params = session.params
     auto = bool(flags & abi.SEND_AUTO_TOOL_CALL)
-    backend, error = run.host.backend_for(params.get("backend"))
+    backend, error = run.host.backend_for(params.get("backend"), params.get("model"), session)
     model = params.get("model") if isinstance(params.get("model"), str) else None
     model = model or (backend.default_model if backend is not None else "") or ""
     fd = session.fd
@@ -143,7 +144,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 usage=usage if isinstance(usage, dict) else None,
                                 error=result.error.code if result.error else None,
                                 status=result.error.status if result.error else None,
-                                tool_calls=_count_tool_calls(result.body))
+                                tool_calls=_count_tool_calls(result.body),
+                                **_routing(backend))
             loop.on_completion(result)
         elif isinstance(action, CallTool):
             call = action.call
@@ -233,6 +235,12 @@ def _message_bytes(message: dict[str, Any]) -> int:
         function = call.get("function") or {}
         size += len(str(function.get("arguments", ""))) + len(str(function.get("name", "")))
     return size
+
+
+def _routing(backend: object) -> dict[str, Any]:
+    # How a routed completion was routed; nothing for a host that does not route.
+    record = route_record(backend)
+    return {"route": record} if record is not None else {}
 
 
 def _count_tool_calls(body: dict[str, Any] | None) -> int:

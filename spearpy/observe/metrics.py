@@ -69,6 +69,12 @@ class Metrics:
         self.tokens = Counter("spearpy_tokens", "Tokens reported by the upstream, by kind",
                               ["kind"], registry=r)
         self.runs = Counter("spearpy_runs", "Guest runs, by outcome", ["outcome"], registry=r)
+        # Labels are operator-configured names only (routes, backends): bounded.
+        self.routed = Counter("spearpy_routed_completions",
+                              "Routed completions, by route ('(none)': no route matched), the "
+                              "backend that answered ('(none)': none did) and outcome (ok, "
+                              "fallback, error, unavailable)", ["route", "backend", "outcome"],
+                              registry=r)
         self._server_lock = threading.Lock()
 
     def __call__(self, event: ev.Event) -> None:
@@ -86,6 +92,11 @@ class Metrics:
                     value = usage.get(key)
                     if isinstance(value, int) and value > 0:
                         self.tokens.labels(key.removesuffix("_tokens")).inc(value)
+            route = data.get("route")
+            if isinstance(route, dict):
+                self.routed.labels(str(route.get("route") or "(none)"),
+                                   str(route.get("chosen") or "(none)"),
+                                   str(route.get("outcome"))).inc()
         elif kind == ev.TOOL_END:
             error = data.get("error")
             self.tool_calls.labels(_tool_label(data, error)).inc()
