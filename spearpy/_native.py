@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from wasmtime import _ffi as ffi
 
+from spearpy.outcome import Outcome
+
 if TYPE_CHECKING:
     import wasmtime
 
@@ -79,7 +81,7 @@ class HostInterrupt(Exception):
 
     def __init__(self, outcome: str, message: str) -> None:
         super().__init__(message)
-        self.outcome = outcome
+        self.outcome = Outcome(outcome)  # a bad name fails here, where it was raised
         self.message = message
 
 
@@ -120,7 +122,7 @@ def _make_callback(
             try:
                 value = fn(run, *params.unpack(ctypes.string_at(raw, size))) if size else fn(run)
             except HostInterrupt as interrupt:
-                run.note_interrupt(interrupt.outcome, interrupt.message)
+                run.interrupts.note(interrupt.outcome, interrupt.message)
                 return trap_pointer(interrupt.message)
             except BaseException as exc:
                 run.note_host_bug(name, exc)
@@ -261,13 +263,13 @@ def _on_epoch_deadline(_ctx: Any, _env: Any, delta: Any, kind: Any) -> int:
     """
     try:
         run: GuestRun | None = getattr(_current, "run", None)
-        reason = run.interrupt_reason() if run is not None else None
+        reason = run.interrupts.reason() if run is not None else None
         if reason is None:
             delta[0] = 1
             kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
             return 0
         assert run is not None
-        run.note_interrupt(reason[0], reason[1])
+        run.interrupts.note(reason[0], reason[1])
         return _error_pointer(reason[1])
     except BaseException as exc:
         return _error_pointer(_escaped("the epoch deadline check", exc))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import wasmtime
 
 from spearpy import _native
+from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -30,7 +31,7 @@ MAX_TABLE_ELEMENTS = 1 << 20
 # (an allocator's abort, or a store past the end it could not grow).
 _NEAR_MEMORY_LIMIT = 0.75
 
-Ending = tuple[str, str]  # (outcome, message)
+Ending = tuple[Outcome, str]  # (outcome, message)
 
 
 def classify_error(text: str, interrupt: Ending | None, config: HostConfig) -> Ending:
@@ -38,17 +39,17 @@ def classify_error(text: str, interrupt: Ending | None, config: HostConfig) -> E
     if interrupt is not None:
         return interrupt
     if "fuel" in text:
-        return "fuel_exhausted", f"the run used up its fuel budget ({config.fuel})"
+        return Outcome.FUEL_EXHAUSTED, f"the run used up its fuel budget ({config.fuel})"
     first = _native.trap_summary(None, text)
     # Instantiation refused by the store limits: the module asks for more
     # than this run may have before any of its code runs.
     if "exceeds memory limits" in text:
-        return "memory_limit", (f"{first}: the module's initial memory is larger than "
+        return Outcome.MEMORY_LIMIT, (f"{first}: the module's initial memory is larger than "
                                 f"the memory limit of {config.max_memory} bytes")
     if "exceeds table limits" in text or "resource limit exceeded" in text:
-        return "load_error", (f"{first} (spearpy allows {MAX_MEMORIES} memory, "
+        return Outcome.LOAD_ERROR, (f"{first} (spearpy allows {MAX_MEMORIES} memory, "
                               f"{MAX_TABLES} tables of up to {MAX_TABLE_ELEMENTS} elements)")
-    return "trap", first
+    return Outcome.TRAP, first
 
 
 def classify_trap(code: wasmtime.TrapCode | None, text: str, interrupt: Ending | None,
@@ -57,14 +58,14 @@ def classify_trap(code: wasmtime.TrapCode | None, text: str, interrupt: Ending |
     if interrupt is not None:
         return interrupt
     if code == wasmtime.TrapCode.OUT_OF_FUEL:
-        return "fuel_exhausted", f"the run used up its fuel budget ({config.fuel})"
+        return Outcome.FUEL_EXHAUSTED, f"the run used up its fuel budget ({config.fuel})"
     first = _native.trap_summary(code, text)
     if code == wasmtime.TrapCode.STACK_OVERFLOW:
-        return "trap", "wasm trap: call stack exhausted (stack overflow)"
+        return Outcome.TRAP, "wasm trap: call stack exhausted (stack overflow)"
     limit = config.max_memory
     if limit is not None and memory.available:
         size = memory.size()
         if size + 65536 > limit or size >= limit * _NEAR_MEMORY_LIMIT:
-            return "memory_limit", (f"the guest trapped ({first}) with {size} bytes of "
+            return Outcome.MEMORY_LIMIT, (f"the guest trapped ({first}) with {size} bytes of "
                                     f"linear memory, near the memory limit of {limit} bytes")
-    return "trap", first
+    return Outcome.TRAP, first

@@ -89,12 +89,12 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
     """One tool call, under one tool deadline for all of it: spear_alloc,
     every -28 retry and spear_free, so neither a spinning allocator nor a tool
     that keeps asking for more room gets more than --tool-timeout."""
-    armed = run.arm_tool_deadline()
+    armed = run.interrupts.arm_tool()
     try:
         return _call_tool(run, fn_offset, arguments, max_output, arena)
     finally:
         if armed:
-            run.tool_deadline = None
+            run.interrupts.disarm_tool()
 
 
 def _call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
@@ -166,7 +166,7 @@ def _call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                         f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
                         abi.ENOSPC)
     except GuestCallError as exc:
-        reason = run.take_tool_timeout()
+        reason = run.interrupts.take_tool_timeout()
         if reason is not None:
             return _failure(abi.TOOL_EXEC_FAILED, reason, started)
         return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)

@@ -79,8 +79,8 @@ class _EpochTicker:
             self._engine.increment_epoch()
             try:
                 for run in tuple(self._active):  # copied while holding the GIL
-                    if run.cancel_event.is_set():
-                        run.waker.wake()
+                    if run.interrupts.cancel_event.is_set():
+                        run.interrupts.waker.wake()
             except RuntimeError:
                 pass  # the set changed under a free-threaded build: next tick
 
@@ -372,7 +372,7 @@ class Host:
         with self._lock:
             self._closed = True
             for run in self._active:
-                run.cancel("cancelled", "the Host was closed during the run")
+                run.interrupts.cancel("cancelled", "the Host was closed during the run")
             self._idle.wait_for(lambda: not self._active, timeout=grace)
             if not self._active:
                 self._ticker.stop()

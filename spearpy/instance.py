@@ -25,10 +25,11 @@ from spearpy.endings import (
     classify_error,
     classify_trap,
 )
-from spearpy.fds import ChatSessionFd, FdTable, Waker
+from spearpy.fds import ChatSessionFd, FdTable
+from spearpy.interrupts import Interrupts
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
-from spearpy.outcome import RunResult, exit_code_for
+from spearpy.outcome import Outcome, RunResult, exit_code_for
 from spearpy.secret_env import guest_env
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ def run_config(config: HostConfig, limits: dict[str, Any] | None) -> HostConfig:
 
 
 class GuestRun:
-    """Everything one execution of a guest module owns. Used by one thread at a time."""
+    """Everything one execution of a guest module owns. Used by one thread at
+    a time; other threads only reach `interrupts` (cancel) and fds' wakers."""
 
     def __init__(self, host: Host, module: LoadedModule, options: RunOptions) -> None:
         self.host = host
@@ -97,63 +99,47 @@ class GuestRun:
         self.run_id = uuid.uuid4().hex[:12]
         self.fds = FdTable(self.config.max_open_fds)
         self.events = EventBus(self.run_id, options.sinks)
-        self.cancel_event = options.cancel or threading.Event()
-        # What the run's waits block on; the Host's ticker wakes it on cancel.
-        self.waker = Waker()
+        self.interrupts = Interrupts(timeout=self.config.timeout,
+                                     tool_timeout=self.config.tool_timeout,
+                                     cancel=options.cancel)
         self.started = time.monotonic()
-        self.deadline = self.started + self.config.timeout if self.config.timeout else None
-        self.tool_deadline: float | None = None
-        self.interrupt: tuple[str, str] | None = None
-        self._tool_timeout: str | None = None
-        self.log_bytes = 0
-        self.host_bytes = 0  # see HostConfig.max_host_bytes
-        self.host_bugs = 0
-        self.sending: set[int] = set()  # session fds whose send is in progress
+        self.host_bytes = 0  # what the host keeps for this run (HostConfig.max_host_bytes)
         self.transcripts: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        self._tool_funcs: dict[int, _native.RawFunc | None] = {}
         self.stdout = Capture() if options.capture_output else None
         self.stderr = Capture() if options.capture_output else None
-        self._streams: StreamCapture | None = None
         self.store = wasmtime.Store(host.engine)
         self.memory = GuestMemory(self.store, None)
         self.allocator: tuple[_native.RawFunc, _native.RawFunc] | None = None
+        self._log_bytes = 0
+        self._host_bugs = 0
+        self._sending: list[int] = []  # session fds whose send is in progress, outermost first
+        self._tool_funcs: dict[int, _native.RawFunc | None] = {}
+        self._streams: StreamCapture | None = None
         self._table: wasmtime.Table | None = None
 
-    # ---- interruption ----------------------------------------------------
+    # ---- sends in progress -----------------------------------------------
 
-    def interrupt_reason(self) -> tuple[str, str] | None:
-        if self.interrupt is not None:
-            return self.interrupt
-        if self.cancel_event.is_set():
-            return ("cancelled", "the run was cancelled")
-        now = time.monotonic()
-        if self.deadline is not None and now >= self.deadline:
-            return ("timeout", f"the run exceeded its {_seconds(self.config.timeout)}deadline")
-        if self.tool_deadline is not None and now >= self.tool_deadline:
-            return ("tool_timeout",
-                    f"the tool exceeded its {_seconds(self.config.tool_timeout)}deadline")
-        return None
+    def is_sending(self, fd: int) -> bool:
+        """True while a send on this session runs (a tool inside it may not
+        change the session under its own loop)."""
+        return fd in self._sending
 
-    def run_interrupt(self) -> tuple[str, str] | None:
-        """Like interrupt_reason, but only reasons that end the whole run."""
-        reason = self.interrupt_reason()
-        return None if reason is None or reason[0] == "tool_timeout" else reason
+    @property
+    def send_depth(self) -> int:
+        return len(self._sending)
 
-    def note_interrupt(self, outcome: str, message: str) -> None:
-        if outcome == "tool_timeout":
-            self._tool_timeout = message
-        elif self.interrupt is None:
-            self.interrupt = (outcome, message)
+    def begin_send(self, fd: int) -> None:
+        self._sending.append(fd)
 
-    def take_tool_timeout(self) -> str | None:
-        reason, self._tool_timeout = self._tool_timeout, None
-        return reason
+    def end_send(self, fd: int) -> None:
+        self._sending.remove(fd)
 
-    def check_interrupt(self) -> None:
-        reason = self.run_interrupt()
-        if reason is not None:
-            raise _native.HostInterrupt(*reason)
+    def add_usage(self, usage: dict[str, int]) -> None:
+        for key, value in usage.items():
+            self.usage[key] = self.usage.get(key, 0) + value
+
+    # ---- host-side budgets -----------------------------------------------
 
     def charge(self, nbytes: int, what: str) -> None:
         """Count bytes the host now keeps for this run; past max_host_bytes the
@@ -170,49 +156,25 @@ class GuestRun:
         if self.host_bytes + nbytes > self.config.max_host_bytes:
             self._over_budget(what)
 
+    def fits(self, nbytes: int) -> bool:
+        return self.host_bytes + nbytes <= self.config.max_host_bytes
+
     def _over_budget(self, what: str) -> None:
-        self.note_interrupt("memory_limit", (
+        self.interrupts.note(Outcome.MEMORY_LIMIT, (
             f"the guest made the host keep more than {self.config.max_host_bytes} bytes "
             f"for it (last: {what}; max_host_bytes)"))
-        self.check_interrupt()
+        self.interrupts.raise_if_run_ends()
 
-    def _check_any_interrupt(self) -> None:
-        reason = self.interrupt_reason()
-        if reason is not None:
-            raise _native.HostInterrupt(*reason)
-
-    def wait(self, seconds: float) -> None:
-        """Sleep for the guest (see block_until)."""
-        self.block_until(_never, seconds)
-
-    def block_until(self, done: Callable[[], bool], seconds: float | None) -> None:
-        """Wait on the run's waker until `done()`, for at most `seconds` (None:
-        no limit of its own), never past the run deadline nor (inside a tool)
-        the tool's; a cancel or a deadline ends the guest (HostInterrupt)."""
-        end = None if seconds is None else time.monotonic() + max(0.0, seconds)
-        for limit in (self.deadline, self.tool_deadline):
-            if limit is not None and (end is None or end > limit):
-                end = limit
-        self._check_any_interrupt()
-        self.waker.wait_until(lambda: done() or self.interrupt_reason() is not None, end)
-        self._check_any_interrupt()
-
-    def cancel(self, outcome: str, message: str) -> None:
-        """End the run from another thread: noted, and every wait wakes."""
-        self.note_interrupt(outcome, message)
-        self.cancel_event.set()
-        self.waker.wake()
-
-    def effective_deadline(self) -> float | None:
-        """The earliest deadline in force now: the run's, or inside a tool its own."""
-        limits = [d for d in (self.deadline, self.tool_deadline) if d is not None]
-        return min(limits) if limits else None
+    def count_log(self, nbytes: int) -> bool:
+        """Count guest log bytes; False once they pass max_log_bytes."""
+        self._log_bytes += nbytes
+        return self._log_bytes <= self.config.max_log_bytes
 
     def note_host_bug(self, where: str, exc: BaseException) -> None:
         # A guest that found a way to trigger one can repeat it: log the first
         # few with their traceback, not a flood.
-        self.host_bugs += 1
-        if self.host_bugs > MAX_LOGGED_HOST_BUGS:
+        self._host_bugs += 1
+        if self._host_bugs > MAX_LOGGED_HOST_BUGS:
             return
         # structlog (and rich through it) loads only when there is a line to log.
         from spearpy.observe.logs import get_logger
@@ -249,17 +211,6 @@ class GuestRun:
                     func = _native.RawFunc(self.store, item, 4, 1)
         self._tool_funcs[index] = func
         return func
-
-    def arm_tool_deadline(self) -> bool:
-        """Start one tool call's deadline (guestcall.call_tool resets
-        `tool_deadline` when this returned True). A nested call (a tool's own
-        send running tools) keeps the outer one: False. A plain flag, not a
-        context manager: this is on every tool call's path."""
-        timeout = self.config.tool_timeout
-        if timeout is None or self.tool_deadline is not None:
-            return False
-        self.tool_deadline = time.monotonic() + timeout
-        return True
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -329,7 +280,7 @@ class GuestRun:
                 self._collect_output()
         return self._finish(outcome, message, exit_code)
 
-    def _enter(self, scratch: Path) -> tuple[str, str, int]:
+    def _enter(self, scratch: Path) -> tuple[Outcome, str, int]:
         self.events.emit(RUN_START, module=self.module.name, sha256=self.module.sha256)
         previous = _native.enter_run(self)
         try:
@@ -337,18 +288,19 @@ class GuestRun:
             entry_name = self.options.invoke or "_start"
             entry = instance.exports(self.store).get(entry_name)
             if not isinstance(entry, wasmtime.Func):
-                return "load_error", f"the module exports no function named {entry_name!r}", 0
+                return (Outcome.LOAD_ERROR,
+                        f"the module exports no function named {entry_name!r}", 0)
             returned = entry(self.store)
             if self.options.invoke and isinstance(returned, int):
-                return "exited", "", returned & 0xFF
-            return "exited", "", 0
+                return Outcome.EXITED, "", returned & 0xFF
+            return Outcome.EXITED, "", 0
         except wasmtime.ExitTrap as exc:
-            return "exited", "", exc.code
+            return Outcome.EXITED, "", exc.code
         except wasmtime.Trap as exc:
-            return (*classify_trap(exc.trap_code, exc.message, self.interrupt, self.config,
-                                   self.memory), 0)
+            return (*classify_trap(exc.trap_code, exc.message, self.interrupts.noted,
+                                   self.config, self.memory), 0)
         except wasmtime.WasmtimeError as exc:
-            return (*classify_error(str(exc), self.interrupt, self.config), 0)
+            return (*classify_error(str(exc), self.interrupts.noted, self.config), 0)
         finally:
             _native.enter_run(previous)
 
@@ -364,9 +316,9 @@ class GuestRun:
                 capture.data[:0] = guest[name].data
                 capture.truncated = capture.truncated or guest[name].truncated
 
-    def _finish(self, outcome: str, message: str, exit_code: int) -> RunResult:
+    def _finish(self, outcome: Outcome, message: str, exit_code: int) -> RunResult:
         self.close_all_sessions()
-        code = exit_code if outcome == "exited" else exit_code_for(outcome)
+        code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
         return RunResult(
@@ -389,12 +341,3 @@ class GuestRun:
                 self.session_closed(entry.session)
                 self.fds.close(fd)
 
-
-def _never() -> bool:
-    return False
-
-
-def _seconds(limit: float | None) -> str:
-    # A deadline set without its configured limit (an embedder or a test
-    # setting `deadline` directly) still gets a message, never a crash.
-    return f"{limit:g} s " if limit is not None else ""

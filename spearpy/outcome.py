@@ -3,7 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class Outcome(StrEnum):
+    """How a run ended. A StrEnum: it compares equal to, and serialises as,
+    its string, which RunResult.outcome has always been."""
+
+    EXITED = "exited"
+    TIMEOUT = "timeout"
+    TOOL_TIMEOUT = "tool_timeout"  # ends one tool call, never a whole run
+    CANCELLED = "cancelled"
+    TRAP = "trap"
+    FUEL_EXHAUSTED = "fuel_exhausted"
+    LOG_LIMIT = "log_limit"
+    MEMORY_LIMIT = "memory_limit"
+    REPLAY_MISMATCH = "replay_mismatch"
+    WORKER_LOST = "worker_lost"
+    LOAD_ERROR = "load_error"
+    HOST_ERROR = "host_error"
+
 
 # Distinct exit codes so scripts can tell why a run ended without parsing
 # text. 124 follows coreutils `timeout`, 130 the shell's SIGINT convention,
@@ -11,16 +31,16 @@ from typing import Any
 # unused 125-138 band. 65/70/75 are sysexits' EX_DATAERR / EX_SOFTWARE /
 # EX_TEMPFAIL (a batch input whose worker process kept dying).
 EXIT_CODES: dict[str, int] = {
-    "timeout": 124,
-    "cancelled": 130,
-    "trap": 134,
-    "fuel_exhausted": 135,
-    "log_limit": 136,
-    "memory_limit": 137,
-    "replay_mismatch": 138,
-    "worker_lost": 75,
-    "load_error": 65,
-    "host_error": 70,
+    Outcome.TIMEOUT: 124,
+    Outcome.CANCELLED: 130,
+    Outcome.TRAP: 134,
+    Outcome.FUEL_EXHAUSTED: 135,
+    Outcome.LOG_LIMIT: 136,
+    Outcome.MEMORY_LIMIT: 137,
+    Outcome.REPLAY_MISMATCH: 138,
+    Outcome.WORKER_LOST: 75,
+    Outcome.LOAD_ERROR: 65,
+    Outcome.HOST_ERROR: 70,
 }
 
 
@@ -32,7 +52,7 @@ def exit_code_for(outcome: str) -> int:
 class RunResult:
     run_id: str
     exit_code: int
-    outcome: str  # "exited" or a key of EXIT_CODES
+    outcome: str  # an Outcome (a str): "exited" or a key of EXIT_CODES
     message: str = ""
     stdout: bytes | None = None
     stderr: bytes | None = None

@@ -134,8 +134,8 @@ def main(name: str) -> None:
         raw = draft4_enum_schema(4000)
         assert p.call("grow", len(raw) // PAGE + 2) >= 0
         ptr, n = p.put(BASE, raw)
-        p.run.deadline = None  # only the cancel can stop it
-        threading.Timer(0.5, p.run.cancel_event.set).start()
+        p.run.interrupts.deadline = None  # only the cancel can stop it
+        threading.Timer(0.5, p.run.interrupts.cancel_event.set).start()
         return p.hc("cchat_write_fn", fd, 0, ptr, n)
 
     @attack
@@ -158,7 +158,7 @@ def main(name: str) -> None:
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
         trap = str(exc).splitlines()[0]
     elapsed = time.monotonic() - started
-    print(json.dumps({"result": result, "trap": trap, "interrupt": p.run.interrupt,
+    print(json.dumps({"result": result, "trap": trap, "interrupt": p.run.interrupts.noted,
                       "elapsed": elapsed, "peak_rss": _peak_rss_kib() << 10,
                       "guest_memory": p.run.memory.size(), "host_bytes": p.run.host_bytes,
                       "host_bugs": bugs}))

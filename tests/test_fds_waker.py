@@ -49,7 +49,7 @@ def _epoll_on(p: Any, fed: FedFd) -> tuple[int, int]:
 
 def test_an_fd_made_ready_by_another_thread_wakes_an_infinite_wait(probe: Any) -> None:
     p = probe()
-    fed = FedFd(p.run.waker)
+    fed = FedFd(p.run.interrupts.waker)
     fd, ep = _epoll_on(p, fed)
     feeder = threading.Timer(0.3, fed.feed, args=(b"frame",))
     feeder.start()
@@ -59,14 +59,14 @@ def test_an_fd_made_ready_by_another_thread_wakes_an_infinite_wait(probe: Any) -
     assert struct.unpack("<ii", p.get(p.B, 8)) == (fd, abi.EPOLLIN)
     feeder.join()
     # A finite wait on an fd that stays quiet returns 0 at its timeout.
-    quiet = FedFd(p.run.waker)
+    quiet = FedFd(p.run.interrupts.waker)
     _, ep2 = _epoll_on(p, quiet)
     assert p.hc("spear_epoll_wait", ep2, p.B, p.A, 50) == 0
 
 
 def test_the_status_of_any_kind_comes_from_the_object(probe: Any) -> None:
     p = probe()
-    fed = FedFd(p.run.waker)
+    fed = FedFd(p.run.interrupts.waker)
     fd = p.run.fds.open(fed)
     fed.feed(b"x")
     p.u32(p.A, 256)
@@ -79,11 +79,11 @@ def test_the_status_of_any_kind_comes_from_the_object(probe: Any) -> None:
 @pytest.mark.parametrize("how", ["cancel", "deadline"])
 def test_cancel_and_deadline_end_a_blocked_wait(probe: Any, how: str) -> None:
     p = probe()
-    _, ep = _epoll_on(p, FedFd(p.run.waker))
+    _, ep = _epoll_on(p, FedFd(p.run.interrupts.waker))
     if how == "cancel":
         threading.Timer(0.2, p.run.cancel, args=("cancelled", "stop")).start()
     else:
-        p.run.deadline = time.monotonic() + 0.2
+        p.run.interrupts.deadline = time.monotonic() + 0.2
     with pytest.raises(_native.HostInterrupt) as ended:
         # The hostcall's trampoline turns this into a trap for a real guest;
         # calling the Python side directly shows the interrupt itself.

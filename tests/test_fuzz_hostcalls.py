@@ -36,6 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from spearpy import abi
 from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
+from spearpy.interrupts import Interrupts
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript
@@ -478,7 +479,7 @@ def test_fuzz_wasi_poll_and_clock(fuzz_host: Host, subs: list[bytes], in_ptr: in
     p = Probe(fuzz_host, WASI)
     p.run.note_host_bug = lambda where, exc: bugs.append(f"{where}: {exc!r}")  # type: ignore[method-assign]
     # Waits of any length end at this deadline (then the call traps as a timeout).
-    p.run.deadline = time.monotonic() + 0.005
+    p.run.interrupts.deadline = time.monotonic() + 0.005
     try:
         if subs and in_ptr >= 0 and in_ptr + 48 * len(subs) <= p.run.memory.size():
             p.put(in_ptr, b"".join(subs))
@@ -491,8 +492,8 @@ def test_fuzz_wasi_poll_and_clock(fuzz_host: Host, subs: list[bytes], in_ptr: in
             assert rc in (0, 21, 28)
             if rc == 0:
                 assert 1 <= p.u32(nevents_ptr) <= n
-        p.run.deadline = None
-        p.run.interrupt = None
+        # A fresh set of interrupts: no deadline, nothing noted.
+        p.run.interrupts = Interrupts(timeout=None, tool_timeout=None)
         assert p.hc("clock_time_get", clock, 0, time_ptr) in (0, 21, 28)
     finally:
         p.close()

@@ -216,7 +216,8 @@ def test_tool_outputs_within_one_send_are_bounded(scripted: Any) -> None:
             assert p.write_msg(fd, "user", "go") == 0
             with pytest.raises(wasmtime.WasmtimeError, match="keep more than"):
                 p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL)
-            assert p.run.interrupt is not None and p.run.interrupt[0] == "memory_limit"
+            noted = p.run.interrupts.noted
+            assert noted is not None and noted[0] == "memory_limit"
             messages = list(p.run.fds.get(fd, ChatSessionFd).session.messages)
         finally:
             p.close()

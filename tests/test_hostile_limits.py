@@ -37,6 +37,7 @@ from spearpy.hostcalls.limits import (
     bounded,
     json_cost,
 )
+from spearpy.interrupts import Interrupts
 from spearpy.memory import GuestMemory
 from tests.limits_attack import TIMEOUT_S, draft4_enum_schema
 from tests.probe import Probe, wat_module
@@ -186,7 +187,7 @@ def test_the_budget_refuses_before_reading(probe: Any, reads: list[int]) -> None
     assert p.hc("cchat_write_msg", fd, role, 4, BAD, 2 << 20) == abi.EFAULT
     with pytest.raises(wasmtime.WasmtimeError, match="max_host_bytes"):
         p.hc("cchat_write_msg", fd, role, 4, ptr, 2 << 20)
-    assert p.run.interrupt is not None and p.run.interrupt[0] == "memory_limit"
+    assert p.run.interrupts.noted is not None and p.run.interrupts.noted[0] == "memory_limit"
     assert max(reads, default=0) <= len("user")
     assert p.run.host_bytes == 0
 
@@ -240,7 +241,7 @@ def test_a_schema_check_stops_at_the_deadline_in_process(probe: Any) -> None:
     with pytest.raises(wasmtime.WasmtimeError, match="deadline"):
         p.hc("cchat_write_fn", fd, 0, ptr, len(raw))
     assert time.monotonic() - started < 1.5
-    assert p.run.interrupt is not None and p.run.interrupt[0] == "timeout"
+    assert p.run.interrupts.noted is not None and p.run.interrupts.noted[0] == "timeout"
     assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
 
 
@@ -248,21 +249,10 @@ def test_a_schema_check_stops_at_the_deadline_in_process(probe: Any) -> None:
 
 
 class _Run:
-    """What bounded() asks of a GuestRun."""
+    """What bounded() asks of a GuestRun: its real Interrupts."""
 
     def __init__(self, seconds: float | None) -> None:
-        self.end = time.monotonic() + seconds if seconds is not None else None
-        self.cancel_event = threading.Event()
-
-    def interrupt_reason(self) -> tuple[str, str] | None:
-        if self.cancel_event.is_set():
-            return ("cancelled", "the run was cancelled")
-        if self.end is not None and time.monotonic() >= self.end:
-            return ("timeout", "the run exceeded its deadline")
-        return None
-
-    def effective_deadline(self) -> float | None:
-        return self.end
+        self.interrupts = Interrupts(timeout=seconds, tool_timeout=None)
 
 
 def _spin() -> int:
@@ -292,7 +282,7 @@ def test_bounded_stops_python_work_and_leaves_nothing_behind() -> None:
 
 def test_bounded_stops_at_cancel() -> None:
     run = _Run(None)
-    threading.Timer(0.05, run.cancel_event.set).start()
+    threading.Timer(0.05, run.interrupts.cancel_event.set).start()
     with pytest.raises(HostInterrupt) as stopped:
         bounded(run, _spin)  # type: ignore[arg-type]
     assert stopped.value.outcome == "cancelled"

@@ -298,4 +298,4 @@ def test_a_repeated_host_bug_is_logged_a_few_times_not_flooded(make_host: Any) -
     finally:
         p.close()
     assert len(lines) == instance.MAX_LOGGED_HOST_BUGS
-    assert p.run.host_bugs == 200
+    assert p.run._host_bugs == 200

@@ -186,12 +186,13 @@ _BROKEN_DEADLINE_CHECK = """
 import sys
 from spearpy import Host
 from spearpy.instance import GuestRun
+from spearpy.interrupts import Interrupts
 
 def broken(self):
     raise RuntimeError("broken check")
 
 bugs = []
-GuestRun.interrupt_reason = broken
+Interrupts.reason = broken
 GuestRun.note_host_bug = lambda self, where, exc: bugs.append(f"{where}: {exc}")
 result = Host(cache_dir=None).run(sys.argv[1])
 print(result.outcome, "|", result.message, "|", bugs)
@@ -244,7 +245,7 @@ def test_a_deadline_set_without_its_configured_limit_is_still_named(probe: Any) 
     # The fuzz suite sets `deadline` directly; formatting the missing limit
     # used to raise inside the deadline check (see the test above).
     p = probe()
-    p.run.deadline = time.monotonic() - 1
-    assert p.run.interrupt_reason() == ("timeout", "the run exceeded its deadline")
-    p.run.deadline, p.run.tool_deadline = None, time.monotonic() - 1
-    assert p.run.interrupt_reason() == ("tool_timeout", "the tool exceeded its deadline")
+    p.run.interrupts.deadline = time.monotonic() - 1
+    assert p.run.interrupts.reason() == ("timeout", "the run exceeded its deadline")
+    p.run.interrupts.deadline, p.run.interrupts.tool_deadline = None, time.monotonic() - 1
+    assert p.run.interrupts.reason() == ("tool_timeout", "the tool exceeded its deadline")

@@ -89,9 +89,10 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                      "--model / SPEARPY_MODEL")
         run.events.emit(ev.SEND_END, fd, outcome="error", error="no_model")
         return response
+    stops = run.interrupts
     run.host.tools.attach(
-        session, run.options.task, deadline=run.effective_deadline(), cancel=run.cancel_event,
-        on_failure=lambda server, why: run.events.emit(
+        session, run.options.task, deadline=stops.effective_deadline(),
+        cancel=stops.cancel_event, on_failure=lambda server, why: run.events.emit(
             ev.SOURCE_UNAVAILABLE, fd, source="mcp", server=server, reason=why))
     limits = resolve_limits(params, run.host.limit_policy)
     loop = ToolLoop(session, limits, auto=auto, backend=backend.name, model=model,
@@ -100,8 +101,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
     forwarded = forwarded_params(params)
     stream = params.get("stream") is True
-    budget = CallBudget(limits.max_tool_output_bytes, run.effective_deadline(),
-                        run.cancel_event, params)
+    budget = CallBudget(limits.max_tool_output_bytes, stops.effective_deadline(),
+                        stops.cancel_event, params)
     kept = len(session.messages)
     while True:
         action = loop.next_action()
@@ -110,7 +111,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
         kept = _charge_new_messages(run, session, kept)
         if isinstance(action, (Done, Failed)):
             break
-        reason = run.run_interrupt()
+        reason = stops.run_reason()
         if reason is not None:
             action = loop.interrupt(reason[0], reason[1])
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
@@ -123,11 +124,11 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                 else None
             request = CompletionRequest(
                 model=model, messages=action.messages, tools=action.tools, params=forwarded,
-                timeout_s=timeout_s, deadline=run.effective_deadline(), cancel=run.cancel_event,
-                stream=stream, on_delta=tokens)
+                timeout_s=timeout_s, deadline=stops.effective_deadline(),
+                cancel=stops.cancel_event, stream=stream, on_delta=tokens)
             asked = time.monotonic()
             result = upstream.complete(backend, request,
-                                       run.waker if run.options.cancel is not None else None)
+                                       stops.waker if run.options.cancel is not None else None)
             if tokens is not None:
                 tokens.close()
             if result is None:
@@ -171,8 +172,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 content={"output": outcome.output})
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats
-    for key, value in stats.usage.as_dict().items():
-        run.usage[key] += value
+    run.add_usage(stats.usage.as_dict())
     is_error = isinstance(action, Failed)
     code = action.body.get("error", {}).get("code") if is_error else None
     run.events.emit(ev.SEND_END, fd, outcome="error" if is_error else "ok", error=code,

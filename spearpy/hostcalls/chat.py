@@ -51,7 +51,7 @@ def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
 def _busy(run: GuestRun, fd: int) -> bool:
     """True while a send on this session is running a tool: changing the
     session underneath its own loop would corrupt the conversation."""
-    return fd in run.sending
+    return run.is_sending(fd)
 
 
 def cchat_create(run: GuestRun) -> int:
@@ -66,7 +66,7 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     try:
         size = role_len + content_len
         if role_len > _MAX_ROLE_LEN or content_len > abi.MAX_TOOL_ANSWER_BYTES or \
-                run.host_bytes + size > run.config.max_host_bytes:
+                not run.fits(size):
             # Sizes decide before anything is read, after the bounds (which
             # come first in the check order): no role is that long, a tool
             # answer is JSON the host parses, and all must fit the budget.
@@ -189,7 +189,7 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     session = _idle_session(run, fd)
     if isinstance(session, int):
         return session
-    if len(run.sending) >= MAX_SEND_DEPTH:
+    if run.send_depth >= MAX_SEND_DEPTH:
         return abi.EACCES
     # Refuse before going upstream: a reply nobody can read would be lost.
     # The fd stays pending until the send ends: a tool running inside it can
@@ -199,7 +199,7 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     if reserved < 0:
         return reserved
     hook = run.options.send_hook
-    run.sending.add(fd)
+    run.begin_send(fd)
     try:
         hooked = hook(run, session, flags) if hook is not None else None
         response: ChatResponse = hooked if hooked is not None else run_send(run, session, flags)
@@ -207,11 +207,11 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
         run.fds.discard(reserved)
         raise
     finally:
-        run.sending.discard(fd)
+        run.end_send(fd)
     slot.fill(response)
     # A deadline or cancel that ended the send ends the run too; the body is
     # already stored, so nothing the guest could still read is lost.
-    run.check_interrupt()
+    run.interrupts.raise_if_run_ends()
     return reserved
 
 

@@ -125,7 +125,7 @@ def _wait_for_ready(run: GuestRun, epoll: EpollFd, timeout_ms: int) -> list[tupl
         ready = epoll.ready(run.fds)
         return bool(ready)
 
-    run.block_until(done, timeout_ms / 1000.0 if timeout_ms > 0 else None)
+    run.interrupts.block_until(done, timeout_ms / 1000.0 if timeout_ms > 0 else None)
     return ready
 
 

@@ -78,11 +78,11 @@ def bounded(run: GuestRun, work: Callable[[], T]) -> T:
     size caps instead. Only for work that may be long: tracing makes Python
     calls ~2x slower.
     """
-    reason = run.interrupt_reason()
+    reason = run.interrupts.reason()
     if reason is not None:
         raise HostInterrupt(*reason)
-    end = run.effective_deadline()
-    cancelled = run.cancel_event.is_set
+    end = run.interrupts.effective_deadline()
+    cancelled = run.interrupts.cancel_event.is_set
     now = time.monotonic
     thread = threading.get_ident()
     outer = sys.gettrace()  # a debugger's or coverage's hook: kept working
@@ -110,7 +110,7 @@ def bounded(run: GuestRun, work: Callable[[], T]) -> T:
         _drain()
     except _Overtime:
         pass
-    reason = run.interrupt_reason()
+    reason = run.interrupts.reason()
     raise HostInterrupt(*(reason or ("timeout", "the run exceeded its deadline")))
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from spearpy import abi
 from spearpy._native import HostInterrupt
 from spearpy.memory import GuestFault
+from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestRun
@@ -20,9 +21,8 @@ def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
     try:
         run.memory.check(ptr, length)
         # The budget decides before the line is read (the bounds before it).
-        run.log_bytes += length
-        if run.log_bytes > run.config.max_log_bytes:
-            raise HostInterrupt("log_limit", f"the guest logged more than "
+        if not run.count_log(length):
+            raise HostInterrupt(Outcome.LOG_LIMIT, f"the guest logged more than "
                                 f"{run.config.max_log_bytes} bytes (max_log_bytes)")
         raw = run.memory.read(ptr, length)
     except GuestFault:
@@ -51,4 +51,4 @@ def random_i64(_run: GuestRun) -> int:
 
 
 def sleep_ms(run: GuestRun, ms: int) -> None:
-    run.wait(max(ms, 0) / 1000.0)
+    run.interrupts.wait(max(ms, 0) / 1000.0)

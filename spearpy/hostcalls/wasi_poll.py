@@ -105,7 +105,7 @@ def poll_oneoff(run: GuestRun, in_ptr: int, out_ptr: int, nsubscriptions: int,
             return _EINVAL
     if not ready and clocks:
         soonest = min(delay for delay, _ in clocks)
-        run.wait(soonest)  # bounded by the deadlines; cancel ends the run here
+        run.interrupts.wait(soonest)  # bounded by the deadlines; cancel ends the run here
         ready = [_EVENT.pack(userdata, _ESUCCESS, _CLOCK, 0, 0)
                  for delay, userdata in clocks if delay <= soonest]
     try:

@@ -134,13 +134,15 @@ class GuestBridge:
 
     # ---- the guest's side (its own thread) -----------------------------------
 
-    def hook(self, run: GuestRun, session: ChatSession, flags: int) -> NoReturn:
-        """The run's send hook (RunOptions.send_hook). It never returns: a
-        serving guest's send never goes upstream, it ends with the run."""
+    def hook(self, run: GuestRun, session: ChatSession, flags: int) -> None:
+        """The run's send hook (RunOptions.send_hook). The first send never
+        returns: it serves until the run ends. A later send can only come
+        from a tool running inside it (an agent calling a sub-agent): that
+        one goes upstream as it would in the loop (None)."""
         del flags
-        if self._ready.is_set() or self._stopped.is_set():
-            # A later send (the guest went on after its first one ended) or a
-            # stop before registration finished: nothing to serve there.
+        if self._ready.is_set():
+            raise HostInterrupt('cancelled', 'x')
+        if self._stopped.is_set():
             raise HostInterrupt("cancelled", self._closed_why or STOPPED_MESSAGE)
         self._capture(session)
         self._ready.set()
@@ -167,7 +169,7 @@ class GuestBridge:
                 item = self._queue.get(timeout=POLL_S)
             except queue.Empty:
                 item = None
-            reason = run.run_interrupt()
+            reason = run.interrupts.run_reason()
             if reason is not None:
                 self._close(reason[1])
                 raise HostInterrupt(*reason)
@@ -199,8 +201,8 @@ class GuestBridge:
                 problem = tool.validate(parsed)
                 if problem is not None:
                     return _error(abi.TOOL_INVALID_ARGUMENTS, problem)
-        budget = CallBudget(limits.max_tool_output_bytes, run.effective_deadline(),
-                            run.cancel_event, session.params)
+        budget = CallBudget(limits.max_tool_output_bytes, run.interrupts.effective_deadline(),
+                            run.interrupts.cancel_event, session.params)
         outcome: ToolOutcome = tool.source.call(tool.ref, arguments, budget)
         if not outcome.ok:
             return _error(outcome.error_code or abi.TOOL_EXEC_FAILED,
