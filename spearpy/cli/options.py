@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
@@ -69,6 +70,16 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-log-bytes", {"type": BYTES, "help": "guest log bytes per run [8MiB]"}),
     ("--max-host-bytes", {"type": BYTES,
                           "help": "bytes the host may keep for one run's data [256 MiB]"}),
+    ("--mcp-dir", {"type": click.Path(file_okay=False), "multiple": True,
+                   "help": "a directory of MCP server records (SPEAR's mcp.d/*.toml); "
+                           "repeatable [env SPEARPY_MCP_DIRS, a JSON list]"}),
+    ("--mcp", {"help": "enable MCP for the run with these default servers: fs,git "
+                       "(task keys mcp.enabled and mcp.default_server_ids)"}),
+    ("--mcp-allow", {"help": "servers a guest may ask for beyond the defaults: fs,git,fetch "
+                             "(task key mcp.allowed_server_ids)"}),
+    ("--task-param", {"multiple": True, "metavar": "KEY=JSON",
+                      "help": "a task-layer key, SPEAR's names: mcp.enabled=true, "
+                              "'mcp.tool_denylist=[\"write_*\"]'; repeatable"}),
 ]
 
 
@@ -81,9 +92,15 @@ def host_options(func: Any) -> Any:
 
 def config_from_options(options: dict[str, Any]) -> HostConfig:
     """The HostConfig the host flags describe (flags not given fall back to env/defaults)."""
-    given = {k: v for k, v in options.items() if v is not None and k != "no_cache"}
+    given = {k: v for k, v in options.items()
+             if v is not None and v != () and k not in ("no_cache", *_TASK_FLAGS)}
     if options.get("no_cache"):
         given["cache_dir"] = None
+    if "mcp_dir" in given:
+        given["mcp_dirs"] = list(given.pop("mcp_dir"))
+    task = task_params_from_options(options)
+    if task:
+        given["task_params"] = task
     if "config" in given:
         given["config_file"] = given.pop("config")
     try:
@@ -94,8 +111,36 @@ def config_from_options(options: dict[str, Any]) -> HostConfig:
         raise click.UsageError(str(exc)) from exc
 
 
+_TASK_FLAGS = ("mcp", "mcp_allow", "task_param")
+
+
+def task_params_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The run's task layer from --task-param KEY=JSON, --mcp and --mcp-allow
+    (the short forms win over the same keys given long)."""
+    task: dict[str, Any] = {}
+    for item in options.get("task_param") or ():
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--task-param {item!r}: expected KEY=JSON")
+        try:
+            task[key] = json.loads(raw)
+        except ValueError:
+            task[key] = raw  # a bare word: SPEAR's task config holds strings too
+    if options.get("mcp"):
+        task["mcp.enabled"] = True
+        task["mcp.default_server_ids"] = _ids(options["mcp"])
+    if options.get("mcp_allow"):
+        task["mcp.allowed_server_ids"] = _ids(options["mcp_allow"])
+    return task
+
+
+def _ids(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 # Fields whose flag or environment variable is not derived from the field name.
-_FLAGS = {"config_file": "--config", "cache_dir": "--no-cache"}
+_FLAGS = {"config_file": "--config", "cache_dir": "--no-cache", "task_params": "--task-param",
+          "mcp_dirs": "--mcp-dir"}
 _ENVS = {"base_url": "OPENAI_BASE_URL", "config_file": "SPEARPY_CONFIG"}
 # pydantic names the first alias whichever of them held the value.
 _ALIAS_CHOICES = {"OPENAI_BASE_URL": ("OPENAI_BASE_URL", "SPEARPY_BASE_URL")}
