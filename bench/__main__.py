@@ -26,6 +26,7 @@ SCENARIOS = {
     "P3": "bench.p3_startup",
     "P4": "bench.p4_concurrency",
     "M": "bench.m_mcp",
+    "R": "bench.r_routing",
 }
 
 

@@ -1,5 +1,6 @@
 """Routing configuration: the issue's exact TOML, mistakes failing at start
 with the key named, aliases from HostConfig, and no router without routing."""
+# ruff: noqa: E501  (the issue's TOML is kept verbatim, comments and all)
 
 from __future__ import annotations
 

@@ -23,12 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spearpy.backends.routing.matcher import (
-    ContentRule,
-    glob_any,
-    lowered_if_ascii,
-    message_text,
-)
+from spearpy.backends.routing.matcher import ContentIndex, ContentRule, glob_any, message_text
 from spearpy.backends.routing.spec import AliasSpec, RouteSpec, RoutingSpec
 
 LOCKED = "locked route"
@@ -86,28 +81,25 @@ class RouteTable:
         self.routes = spec.routes
         self._content = [ContentRule(r.match.content) if r.match.content else None
                          for r in spec.routes]
-        self._content_bits = [(1 << i, rule) for i, rule in enumerate(self._content)
-                              if rule is not None]
+        self._index = ContentIndex([(1 << i, rule) for i, rule in enumerate(self._content)
+                                    if rule is not None])
+        self._has_content = any(rule is not None for rule in self._content)
         self._default_model_of = default_model_of
         self._memo: dict[tuple[str, str | None, str | None, bool, int], Match] = {}
 
     def scan(self, messages: Sequence[Any], state: SessionScan) -> int:
         """Read the messages `state` has not seen yet; the routes whose content matched."""
-        if not self._content_bits:
+        if not self._has_content:
             return 0
         with state.lock:
             start = state.seen
             if start > len(messages) or (start and messages[start - 1] is not state.last):
                 start, state.hits = 0, 0  # not the history this state read
-            hits = state.hits
+            hits, index = state.hits, self._index
             for message in messages[start:]:
                 text = message_text(message)
-                if not text:
-                    continue
-                lowered = lowered_if_ascii(text)
-                for bit, rule in self._content_bits:
-                    if not hits & bit and rule.search(text, lowered):
-                        hits |= bit
+                if text is not None:  # "" too: a pattern may match the empty string
+                    hits = index.hits(text, hits)
             if messages:
                 state.last = messages[-1]
             state.seen, state.hits = len(messages), hits
@@ -183,7 +175,7 @@ class RouteTable:
             return None
         for number, message in enumerate(messages):
             text = message_text(message)
-            pattern = rule.first_match(text) if text else None
+            pattern = rule.first_match(text) if text is not None else None
             if pattern is not None:
                 return f"{pattern!r} in message {number} ({message.get('role')})"
         return None
