@@ -26,6 +26,11 @@ def test_log_writes_prefixed_lines_and_checks_arguments(probe: Any) -> None:
     err = bytes(p.run.stderr.data).decode()
     assert "[warn] first\n[warn] second\n" in err
     assert "[info] first\n" in err  # unknown level = info
+    # A line ending in a newline is one line: no empty [level] line after it.
+    before = len(p.run.stderr.data)
+    ptr, length = p.put(p.A, "done\n")
+    assert p.hc("log", 2, ptr, length) == 0
+    assert bytes(p.run.stderr.data[before:]) == b"[info] done\n"
 
 
 def test_clocks_and_random(probe: Any) -> None:

@@ -28,11 +28,13 @@ def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
     except GuestFault:
         return abi.EFAULT
     name = abi.LOG_LEVELS.get(level, "info")
+    # A guest ending its line with a newline (printf habit) means one line,
+    # not that line and an empty one.
+    text = raw.decode("utf-8", "replace").removesuffix("\n")
     if run.options.guest_log is not None:
-        run.options.guest_log(name, raw.decode("utf-8", "replace"))
+        run.options.guest_log(name, text)
         return 0
-    text = raw.decode("utf-8", "replace").replace("\r", "\\r")
-    lines = text.split("\n") if text else [""]
+    lines = text.replace("\r", "\\r").split("\n")
     # One prefixed line per guest line so a guest cannot forge host log lines.
     run.write_stderr("".join(f"[{name}] {line}\n" for line in lines))
     return 0
