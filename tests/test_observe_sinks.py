@@ -320,3 +320,11 @@ def test_the_setup_is_plain_python_for_entry_points_without_click(tmp_path: Path
     with pytest.raises(ObserveSetupError, match="File exists"):
         PlainObservability({"events_file": str(blocker / "events.jsonl"), "quiet": True})
     assert not isinstance(ObserveSetupError("x"), click.UsageError)
+
+
+def test_metrics_export_no_created_series() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics(Event(ev.TOOL_END, "r", 0, 0.0, 1000, {"name": "echo", "registered": True,
+                                                    "duration_ms": 1.0}))
+    text = generate_latest(metrics.registry).decode()
+    assert "spearpy_tool_calls_total" in text and "_created" not in text

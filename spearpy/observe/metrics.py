@@ -16,7 +16,13 @@ import os
 import threading
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client import write_to_textfile as _write_textfile
 
 from spearpy import abi
@@ -40,6 +46,10 @@ class Metrics:
     number of concurrent runs. Each registry can hold one Metrics."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # Every counter and histogram would also export a `*_created`
+        # timestamp series: half of a metrics file, and nothing a textfile
+        # collector or a dashboard uses. The switch is process-wide.
+        disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.iterations = Counter("spearpy_tool_call_iterations",
