@@ -46,9 +46,11 @@ def _schema(name: str, description: str, properties: dict[str, Any]) -> str:
                        "parameters": {"type": "object", "properties": properties}})
 
 
-# Table slots 0..2: echo (copies its arguments), boom (traps), spin (never returns).
+# Table slots 0..3: echo (copies its arguments), boom (traps), spin (never
+# returns), nested (sends on a session of its own: "y" when it got a response fd).
 _SCHEMAS = [_schema("echo", "Echo the arguments.", {"text": {"type": "string"}}),
-            _schema("boom", "Trap.", {}), _schema("spin", "Loop forever.", {})]
+            _schema("boom", "Trap.", {}), _schema("spin", "Loop forever.", {}),
+            _schema("nested", "Ask the model in a session of its own.", {})]
 
 
 def _hostile_wat() -> str:
@@ -63,10 +65,12 @@ def _hostile_wat() -> str:
   (import "spear" "cchat_create" (func $create (result i32)))
   (import "spear" "cchat_write_fn" (func $write_fn (param i32 i32 i32 i32) (result i32)))
   (import "spear" "cchat_send" (func $send (param i32 i32) (result i32)))
+  (import "spear" "cchat_write_msg" (func $write_msg (param i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 2)
+  (data (i32.const 16) "user")
   {" ".join(data)}
-  (table (export "__indirect_function_table") 3 funcref)
-  (elem (i32.const 0) $echo $boom $spin)
+  (table (export "__indirect_function_table") 4 funcref)
+  (elem (i32.const 0) $echo $boom $spin $nested)
   (func $echo (param $a i32) (param $n i32) (param $o i32) (param $lp i32) (result i32)
     (if (i32.gt_u (local.get $n) (i32.load (local.get $lp)))
       (then (i32.store (local.get $lp) (local.get $n)) (return (i32.const -28))))
@@ -75,6 +79,15 @@ def _hostile_wat() -> str:
     (i32.const 0))
   (func $boom (param i32 i32 i32 i32) (result i32) unreachable)
   (func $spin (param i32 i32 i32 i32) (result i32) (loop $l (br $l)) (i32.const 0))
+  (func $nested (param i32 i32) (param $o i32) (param $lp i32) (result i32) (local $fd i32)
+    (local.set $fd (call $create))
+    (drop (call $write_msg (local.get $fd) (i32.const 16) (i32.const 4) (i32.const 16)
+                           (i32.const 4)))
+    (i32.store8 (local.get $o)
+      (select (i32.const 121) (i32.const 110)
+              (i32.ge_s (call $send (local.get $fd) (i32.const 0)) (i32.const 1000))))
+    (i32.store (local.get $lp) (i32.const 1))
+    (i32.const 0))
   ;; one block for every call: calls into a guest never overlap
   (func (export "spear_alloc") (param $size i32) (result i32)
     (if (result i32) (i32.le_u (local.get $size) (i32.const 65536))
@@ -201,7 +214,8 @@ def test_http_lists_the_guests_schemas(http_server: tuple[Any, str]) -> None:
 
     tools = anyio.run(_over_http, http_server[1], body)
     assert [(t.name, t.description) for t in tools] == [
-        ("echo", "Echo the arguments."), ("boom", "Trap."), ("spin", "Loop forever.")]
+        ("echo", "Echo the arguments."), ("boom", "Trap."), ("spin", "Loop forever."),
+        ("nested", "Ask the model in a session of its own.")]
     assert tools[0].input_schema == {"type": "object", "properties": {"text": {"type": "string"}}}
 
 
@@ -249,18 +263,26 @@ def test_a_guest_that_never_sends_cannot_be_served(hostile: Path) -> None:
     assert proc.stdout == ""  # nothing ever reached the wire
 
 
-def test_in_process_server_stops_the_run_and_refuses_later_calls(hostile: Path) -> None:
-    with Host(cache_dir=None) as host:
+def test_in_process_server_stops_the_run_and_refuses_later_calls(hostile: Path,
+                                                                 tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": {"content": "from the model"}}))
+    with Host(cache_dir=None, backend=f"scripted:{script}", model="scripted") as host:
         with pytest.raises(ServeError, match="registered no tool"):
             GuestToolServer(host, hostile, invoke="register_none").start()
         server = GuestToolServer(host, hostile, invoke="register")
-        assert [t.name for t in server.start()] == ["echo", "boom", "spin"]
+        assert [t.name for t in server.start()] == ["echo", "boom", "spin", "nested"]
         ok = anyio.run(server.call_tool, "echo", {"text": "hi"})
+        # A tool's own send goes to the model as in the loop, the server stays up.
+        nested = anyio.run(server.call_tool, "nested", {})
+        again = anyio.run(server.call_tool, "echo", {"text": "again"})
         result = server.close()
         assert result is not None and result.outcome == "cancelled"
         assert "MCP server shut down" in result.message
         late = anyio.run(server.call_tool, "echo", {"text": "hi"})
     assert not ok.is_error and json.loads(_text(ok)) == {"text": "hi"}
+    assert (nested.is_error, _text(nested)) == (False, "y")
+    assert json.loads(_text(again)) == {"text": "again"}
     assert late.is_error and "not running" in _text(late)
 
 

@@ -141,7 +141,7 @@ class GuestBridge:
         one goes upstream as it would in the loop (None)."""
         del flags
         if self._ready.is_set():
-            raise HostInterrupt('cancelled', 'x')
+            return None
         if self._stopped.is_set():
             raise HostInterrupt("cancelled", self._closed_why or STOPPED_MESSAGE)
         self._capture(session)
@@ -169,12 +169,16 @@ class GuestBridge:
                 item = self._queue.get(timeout=POLL_S)
             except queue.Empty:
                 item = None
-            reason = run.interrupts.run_reason()
+            reason: tuple[str, str] | None = run.interrupts.run_reason()
+            if reason is None and (item is _STOP or self._stopped.is_set()):
+                reason = ("cancelled", self._closed_why or STOPPED_MESSAGE)
             if reason is not None:
                 self._close(reason[1])
+                if isinstance(item, _Call) and item.future.set_running_or_notify_cancel():
+                    # Taken off the queue just as the run ended: fail it, or its
+                    # caller would wait forever.
+                    item.future.set_exception(BridgeClosed(self._closed_why or reason[1]))
                 raise HostInterrupt(*reason)
-            if item is _STOP or self._stopped.is_set():
-                raise HostInterrupt("cancelled", self._closed_why or STOPPED_MESSAGE)
             if not isinstance(item, _Call):
                 continue
             if not item.future.set_running_or_notify_cancel():
