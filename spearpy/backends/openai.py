@@ -7,6 +7,9 @@ The differences between those servers live in quirk profiles
 
 from __future__ import annotations
 
+import httpx
+
+from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, error_details
 from spearpy.backends.streaming import DeltaSink, OpenAIStream
@@ -15,10 +18,17 @@ from spearpy.chat.protocol import JSONDict
 __all__ = ["MAX_RESPONSE_BYTES", "OpenAIBackend", "error_details"]
 
 
+# Asking a server which models it serves must not hold a send up for long;
+# a list of models is a few KiB.
+MODELS_TIMEOUT_S = 5.0
+MAX_MODELS_BYTES = 1 << 20
+
+
 class OpenAIBackend(HTTPBackend):
     kind = "openai"
     path = "/chat/completions"
     default_key_env = "OPENAI_API_KEY"
+    _sole_model: str | None = None  # "" once asked and there was no single answer
 
     def build_body(self, request: CompletionRequest) -> JSONDict:
         body: JSONDict = {"model": request.model, "messages": request.messages}
@@ -34,6 +44,30 @@ class OpenAIBackend(HTTPBackend):
 
     def stream_assembler(self, on_delta: DeltaSink | None) -> OpenAIStream:
         return OpenAIStream(on_delta)
+
+    def sole_model(self) -> str | None:
+        """The server's only model, when /models lists exactly one (llama.cpp
+        and many local servers serve one): what a send without a model uses.
+        Asked once per backend; any failure means no answer, never an error."""
+        if self._sole_model is None:
+            self._sole_model = self._ask_sole_model() or ""
+        return self._sole_model or None
+
+    def _ask_sole_model(self) -> str | None:
+        try:
+            response = self._client.get(self.base_url.rstrip("/") + "/models",
+                                        headers=self._headers, timeout=MODELS_TIMEOUT_S)
+            if response.status_code != 200 or len(response.content) > MAX_MODELS_BYTES:
+                return None
+            listed = _json.loads(response.content).get("data")
+        except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
+            return None
+        if not isinstance(listed, list):
+            return None
+        ids = {entry.get("id") for entry in listed if isinstance(entry, dict)}
+        ids.discard(None)
+        only = next(iter(ids)) if len(ids) == 1 else None
+        return only if isinstance(only, str) and only else None
 
     def encode(self, request: CompletionRequest) -> JSONDict:
         return self.build_body(request)

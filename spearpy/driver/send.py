@@ -79,6 +79,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     model = params.get("model") if isinstance(params.get("model"), str) else None
     model = model or (backend.default_model if backend is not None else "") or ""
     fd = session.fd
+    if backend is not None and not model:
+        model = _sole_model(backend)
     run.events.emit(ev.SEND_START, fd, auto=auto, model=model,
                     backend=backend.name if backend else None)
     if backend is None or not model:
@@ -86,7 +88,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             backend.name if backend else str(params.get("backend")), model,
             "bad_backend" if backend is None else "no_model",
             error or "no model: set the session's `model` param, or start spearpy with "
-                     "--model / SPEARPY_MODEL")
+                     "--model / SPEARPY_MODEL (the server does not list exactly one model "
+                     "to default to)")
         run.events.emit(ev.SEND_END, fd, outcome="error", error="no_model")
         return response
     stops = run.interrupts
@@ -183,6 +186,19 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+def _sole_model(backend: Any) -> str:
+    """The model of a server that serves only one, when nobody chose one."""
+    ask = getattr(backend, "sole_model", None)
+    model = ask() if callable(ask) else None
+    if not isinstance(model, str) or not model:
+        return ""
+    from spearpy.observe.logs import get_logger
+
+    get_logger("spearpy").info("no model chosen: using the server's only model",
+                               backend=getattr(backend, "name", "?"), model=model)
+    return model
 
 
 class _TokenSink:

@@ -49,7 +49,7 @@ class Metrics:
         # Every counter and histogram would also export a `*_created`
         # timestamp series: half of a metrics file, and nothing a textfile
         # collector or a dashboard uses. The switch is process-wide.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.iterations = Counter("spearpy_tool_call_iterations",
