@@ -28,7 +28,7 @@ def test_an_alias_remaps_a_hard_coded_model(scripted: Any, guests: Any, tmp_path
     # A local server that serves only its own model name, as Ollama does.
     server = scripted({"rules": [{"when": {"model": "qwen2.5:7b"},
                                   "reply": {"content": "qwen here"}}],
-                       "default": {"status": 400, "error": "model '{{model}}' not found"}})
+                       "default": {"status": 400, "error": "no such model"}})
     path = routing_config(tmp_path / "c.toml", {"local": {"base_url": server.base_url,
                                                           "model": "qwen2.5:7b"}})
     plain = guests(config_file=path)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from spearpy.backends.routing.spec import parse_alias_flag
+from spearpy.backends.routing.spec import aliases_from_flags
 from spearpy.errors import ConfigError
 
 
@@ -46,7 +46,7 @@ def explain(config_file: str | None, model: str | None, messages: tuple[str, ...
     if config_file:
         given["config_file"] = config_file
     try:
-        given["model_aliases"] = dict(_alias_pair(a) for a in aliases)
+        given["model_aliases"] = aliases_from_flags(aliases)
         catalog = BackendCatalog.from_config(HostConfig(**given))
     except (ValueError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -68,8 +68,3 @@ def explain(config_file: str | None, model: str | None, messages: tuple[str, ...
     if "note" in report:
         click.echo(f"note:       {report['note']}")
 
-
-def _alias_pair(text: str) -> tuple[str, str]:
-    """`NAME=BACKEND[:MODEL]` checked, as HostConfig.model_aliases holds it."""
-    name, alias = parse_alias_flag(text)
-    return name, alias.backend + (f":{alias.model}" if alias.model else "")

@@ -52,6 +52,10 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                            "(built-in offline model) or `replay:FILE` (a recorded run)"}),
     ("--config", {"type": click.Path(dir_okay=False), "help": "TOML file of named backends "
                   "[env SPEARPY_CONFIG; ~/.config/spearpy/config.toml]"}),
+    ("--model-alias", {"multiple": True, "metavar": "NAME=BACKEND[:MODEL]",
+                       "help": "send the guest's model NAME to BACKEND, as MODEL (else the "
+                               "backend's own); repeatable, over the config file's [models] "
+                               "[env SPEARPY_MODEL_ALIASES, a JSON object]"}),
     ("--quirks", {"help": "quirk profile of the flag/env backend: none, ollama, llamacpp, "
                           "vllm, mistral"}),
     ("--record", {"type": click.Path(dir_okay=False),
@@ -103,6 +107,13 @@ def config_from_options(options: dict[str, Any]) -> HostConfig:
         given["task_params"] = task
     if "config" in given:
         given["config_file"] = given.pop("config")
+    if "model_alias" in given:
+        from spearpy.backends.routing.spec import aliases_from_flags
+
+        try:
+            given["model_aliases"] = aliases_from_flags(given.pop("model_alias"))
+        except ValueError as exc:
+            raise click.UsageError(f"invalid --model-alias {exc}") from None
     try:
         return HostConfig(**given)
     except ValidationError as exc:

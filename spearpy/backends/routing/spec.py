@@ -23,7 +23,7 @@ the backends the flags add to the file's.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -223,6 +223,16 @@ def parse_alias_flag(text: str) -> tuple[str, AliasSpec]:
         return model, AliasSpec.parse(target)
     except ValidationError as exc:
         raise ValueError(f"{text!r}: {first_error(exc)}") from None
+
+
+def aliases_from_flags(texts: Iterable[str]) -> dict[str, str]:
+    """Repeated `--model-alias NAME=BACKEND[:MODEL]`, checked, as
+    HostConfig.model_aliases holds them; ValueError naming the bad one."""
+    aliases: dict[str, str] = {}
+    for text in texts:
+        model, alias = parse_alias_flag(text)
+        aliases[model] = alias.backend + (f":{alias.model}" if alias.model else "")
+    return aliases
 
 
 def _route_label(index: int, name: object) -> str:
