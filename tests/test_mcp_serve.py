@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -27,7 +28,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from spearpy._native import HostInterrupt
+from spearpy.chat.session import ChatSession
 from spearpy.host import Host
+from spearpy.mcp.bridge import BridgeClosed, GuestBridge
 from spearpy.mcp.serve import GuestToolServer, ServeError
 from spearpy.observe import events as ev
 
@@ -284,6 +288,22 @@ def test_in_process_server_stops_the_run_and_refuses_later_calls(hostile: Path,
     assert (nested.is_error, _text(nested)) == (False, "y")
     assert json.loads(_text(again)) == {"text": "again"}
     assert late.is_error and "not running" in _text(late)
+
+
+def test_a_call_taken_as_the_run_ends_fails_instead_of_waiting_forever() -> None:
+    bridge = GuestBridge()
+    session = ChatSession(1000)
+    session.registry.add("echo", 0, {"type": "function", "function": {
+        "name": "echo", "parameters": {"type": "object"}}})
+    queued = bridge.submit("echo", {})  # before the guest even reached its send
+    ending = SimpleNamespace(interrupts=SimpleNamespace(run_reason=lambda: ("cancelled", "gone")))
+    with pytest.raises(HostInterrupt, match="gone"):
+        bridge.hook(ending, session, 0)  # type: ignore[arg-type]
+    with pytest.raises(BridgeClosed, match="gone"):
+        queued.result(timeout=5)
+    with pytest.raises(BridgeClosed, match="gone"):
+        bridge.submit("echo", {}).result(timeout=5)
+    assert [t.name for t in bridge.tools] == ["echo"]
 
 
 def test_the_module_runs_as_a_script() -> None:
