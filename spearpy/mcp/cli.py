@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,23 +43,6 @@ def mcp(log_level: str) -> None:
     configure_logging(level=log_level, defer=True)
 
 
-def _config_sources(path: Path) -> tuple[list[Path], list[Any]]:
-    """(record dirs, inline records) of a config file's `[mcp]` table."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise click.UsageError(f"cannot read the config file {str(path)!r}: {exc}") from None
-    table = raw.get("mcp", {})
-    if not isinstance(table, dict):
-        raise click.UsageError(f"{path}: `mcp` must be a table")
-    dirs, servers = table.get("dirs", []), table.get("servers", [])
-    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
-        raise click.UsageError(f"{path}: mcp.dirs must be a list of paths")
-    if not isinstance(servers, list) or not all(isinstance(s, dict) for s in servers):
-        raise click.UsageError(f"{path}: mcp.servers must be an array of tables")
-    return [path.parent / d for d in dirs], servers
-
-
 def build_registry(mcp_dirs: tuple[str, ...] = (), config_file: str | None = None) -> Registry:
     """The registry the flags, the config file and the environment describe."""
     from pydantic import ValidationError
@@ -80,7 +62,12 @@ def build_registry(mcp_dirs: tuple[str, ...] = (), config_file: str | None = Non
 
         path = default_config_path() if default_config_path().is_file() else None
     if path is not None:
-        extra_dirs, records = _config_sources(Path(path))
+        from spearpy.mcp.configfile import mcp_sources
+
+        try:
+            extra_dirs, records = mcp_sources(path)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
         dirs += extra_dirs
     dirs += [Path(d) for d in mcp_dirs]
     return load_registry(dirs, records)
