@@ -177,7 +177,7 @@ class GuestRun:
         if self._host_bugs > MAX_LOGGED_HOST_BUGS:
             return
         # structlog (and rich through it) loads only when there is a line to log.
-        from spearpy.observe.logs import get_logger
+        from spearpy.observe.logger import get_logger
 
         get_logger("spearpy").error(
             "hostcall failed inside the host; the guest got EIO", hostcall=where,

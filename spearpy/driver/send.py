@@ -194,7 +194,7 @@ def _sole_model(backend: Any) -> str:
     model = ask() if callable(ask) else None
     if not isinstance(model, str) or not model:
         return ""
-    from spearpy.observe.logs import get_logger
+    from spearpy.observe.logger import get_logger
 
     get_logger("spearpy").info("no model chosen: using the server's only model",
                                backend=getattr(backend, "name", "?"), model=model)

@@ -30,7 +30,7 @@ from spearpy.mcp.policy import (
     tool_denial,
 )
 from spearpy.mcp.registry import RecordSource, Registry, ServerEntry
-from spearpy.observe.logs import get_logger
+from spearpy.observe.logger import get_logger
 
 # The bridge's own deadline sits this far past the loop's: the loop times the
 # call out cleanly first, the bridge only catches a loop that is stuck.

@@ -72,7 +72,7 @@ class _OnceReporter:
             if index in self._failed:
                 return
             self._failed.add(index)
-        from spearpy.observe.logs import get_logger
+        from spearpy.observe.logger import get_logger
 
         get_logger("spearpy").exception("event sink failed", sink=repr(sink))
 

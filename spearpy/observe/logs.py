@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
-from collections.abc import Callable, MutableMapping
-from contextvars import ContextVar
+from collections.abc import MutableMapping
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 from spearpy.observe import events as ev
+from spearpy.observe.logger import context, deferred, get_logger, set_deferred, structlog_module
 from spearpy.observe.redact import Redactor, digest
 
 if TYPE_CHECKING:
@@ -31,41 +30,6 @@ CONTEXT_KEYS = ("run_id", "session_fd", "iteration")
 FORMATS = ("console", "json")
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
-
-# A configure_logging(defer=True) not applied yet: (lowest level that makes a
-# line, apply). Whatever first needs structlog applies it (`_structlog`).
-_deferred: tuple[int, Callable[[], None]] | None = None
-_deferred_lock = threading.Lock()
-# The context LogSink binds, kept here too: while the configuration is
-# deferred structlog is not loaded, and when it arrives mid-run this thread's
-# context is bound into structlog's context vars then.
-_context: ContextVar[dict[str, Any] | None] = ContextVar("spearpy_log_context", default=None)
-
-
-def _structlog() -> ModuleType:
-    """structlog, with a deferred configuration applied first."""
-    global _deferred
-    import structlog
-
-    if _deferred is not None:
-        with _deferred_lock:
-            pending, _deferred = _deferred, None
-        if pending is not None:
-            # structlog was not loaded when the deferral was made: a
-            # configuration it has now was made later, and the later call wins.
-            if not structlog.is_configured():
-                pending[1]()
-            held = _context.get()
-            if held:
-                structlog.contextvars.bind_contextvars(**held)
-    return structlog
-
-
-def get_logger(name: str = "spearpy") -> Any:
-    """A structlog logger, through the configuration `configure_logging` set
-    (also a deferred one)."""
-    return _structlog().get_logger(name)
-
 
 def _ensure_context(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
     for key in CONTEXT_KEYS:
@@ -90,7 +54,6 @@ def configure_logging(fmt: str = "console", level: str | int = "info", *,
     `stream` defaults to stderr: stdout belongs to the guest. `defer=True`
     keeps structlog unloaded until a line at `level` or above is logged by a
     LogSink or through `get_logger`, and configures it then."""
-    global _deferred
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, got {fmt!r}")
     numeric = level if isinstance(level, int) else logging.getLevelName(level.upper())
@@ -104,8 +67,7 @@ def configure_logging(fmt: str = "console", level: str | int = "info", *,
 
     # Once structlog is loaded there is nothing to save by waiting.
     defer = defer and "structlog" not in sys.modules
-    with _deferred_lock:
-        _deferred = (numeric, apply) if defer else None
+    set_deferred((numeric, apply) if defer else None)
     if not defer:
         apply()
 
@@ -157,11 +119,11 @@ class LogSink:
     def __call__(self, event: ev.Event) -> None:
         data = dict(event.data)
         level, message = _describe(event)
-        deferred = _deferred
-        if deferred is not None and self._log is None and _LEVELS[level] < deferred[0]:
+        pending = deferred()
+        if pending is not None and self._log is None and _LEVELS[level] < pending[0]:
             _track_context(event, data)  # no line: structlog stays unloaded
             return
-        structlog = _structlog()
+        structlog = structlog_module()
         self._bind(structlog, event, data)
         fields: MutableMapping[str, Any] = {"run_id": event.run_id, "session_fd": event.fd,
                                             "iteration": data.pop("iteration", None),
@@ -191,7 +153,8 @@ class LogSink:
 
 
 def _track_context(event: ev.Event, data: dict[str, Any]) -> None:
-    """What LogSink binds, in spearpy's own context var (see `_context`)."""
+    """What LogSink binds, in spearpy's own context var (see logger.py)."""
+    _context = context()
     held = _context.get() or {}
     if event.kind == ev.RUN_START:
         _context.set({**held, "run_id": event.run_id})

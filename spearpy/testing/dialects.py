@@ -30,10 +30,9 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from spearpy import _json
-from spearpy.testing.reply import JSONDict, ScriptedReply, ScriptError, dumps
+from spearpy.testing.reply import JSONDict, ScriptedReply, dumps
 
 CHAT_PATH = "/v1/chat/completions"
 Respond = Callable[[JSONDict], ScriptedReply]
@@ -217,20 +216,5 @@ class MistralDialect(Dialect):
         return _map_calls(body, nine)
 
 
-def dialect(spec: str | Dialect | None, **options: Any) -> Dialect:
-    """A Dialect from its name (options go to its constructor) or as given."""
-    if isinstance(spec, Dialect):
-        return spec
-    from spearpy.testing.anthropic_dialect import AnthropicDialect
-
-    kinds: dict[str, type[Dialect]] = {
-        "openai": Dialect, "ollama": OllamaDialect, "llamacpp": LlamaCppDialect,
-        "vllm": VLLMDialect, "mistral": MistralDialect, "anthropic": AnthropicDialect,
-    }  # fmt: skip
-    kind = kinds.get(spec or "openai")
-    if kind is None:
-        raise ScriptError(f"unknown dialect {spec!r}; known: {', '.join(kinds)}")
-    return kind(**options)
-
-
-__all__ = ["CHAT_PATH", "Dialect", "derived_id", "dialect", "dumps"]
+__all__ = ["CHAT_PATH", "Dialect", "LlamaCppDialect", "MistralDialect", "OllamaDialect",
+           "VLLMDialect", "derived_id", "dumps"]

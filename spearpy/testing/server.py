@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from spearpy import _json
+from spearpy.testing.dialect_names import dialect as _dialect
 from spearpy.testing.dialects import Dialect
-from spearpy.testing.dialects import dialect as _dialect
 from spearpy.testing.faults import WIRE_FAULTS
 from spearpy.testing.reply import CREATED, JSONDict, ScriptedReply, ScriptError, failure
 from spearpy.testing.script import Script, ScriptSource
