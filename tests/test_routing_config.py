@@ -62,9 +62,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_the_issue_format_parses(tmp_path: Path) -> None:
-    # The issue's second route carries `weights` with policy priority (its
-    # comment says "for weighted"): shown with the policy that uses them.
-    text = BACKENDS + ISSUE_TABLES.replace('policy = "priority"', 'policy = "weighted"')
+    text = BACKENDS + ISSUE_TABLES  # verbatim: weights beside policy priority included
     loaded = load_config(write(tmp_path, text))
     routing = loaded.routing
     assert routing.aliases == {"gpt-4o-mini": AliasSpec(backend="local"),
@@ -72,7 +70,7 @@ def test_the_issue_format_parses(tmp_path: Path) -> None:
     private, default = routing.routes
     assert private.name == "private" and private.lock and private.to == ["local"]
     assert private.match.content == ["password", r"(?i)\bssn\b"]
-    assert default.match.model == ["gpt-*"] and default.policy == "weighted"
+    assert default.match.model == ["gpt-*"] and default.policy == "priority"
     assert default.weights == [1, 3] and not default.lock
     assert routing.breaker.failures == 3 and routing.breaker.cooldown == 30.0
     host = Host(config_file=write(tmp_path, text), cache_dir=None)
@@ -97,8 +95,8 @@ def test_the_issue_format_parses(tmp_path: Path) -> None:
      r"#1 \('r'\): policy: Input should be 'priority'"),
     ('[[routes]]\nname = "r"\nto = ["local", "hosted"]\npolicy = "weighted"\nweights = [1]\n',
      r"#1 \('r'\): weights: need 2 positive numbers"),
-    ('[[routes]]\nname = "r"\nto = ["local"]\nweights = [1]\n',
-     r"weights: only policy 'weighted' uses them"),
+    ('[[routes]]\nname = "r"\nto = ["local"]\nweights = [0]\n',
+     r"weights: need 1 positive numbers"),
     ('[[routes]]\nname = "r"\nto = ["local"]\nlocked = true\n',
      r"#1 \('r'\): locked: Extra inputs are not permitted"),
     ('[[routes]]\nname = "r"\nmatch = { contents = ["x"] }\nto = ["local"]\n',
@@ -169,7 +167,7 @@ def explain(path: Path, *args: str) -> dict[str, Any]:
 
 
 def test_routes_explain_prints_the_decision_without_sending(tmp_path: Path) -> None:
-    path = write(tmp_path, BACKENDS + ISSUE_TABLES.replace("weights = [1, 3]", ""))
+    path = write(tmp_path, BACKENDS + ISSUE_TABLES)
     private = explain(path, "--model", "gpt-4.1", "--message", "my SSN is 078-05-1120",
                       "--backend", "hosted")
     assert private["route"] == "private" and private["reason"] == "locked route"

@@ -78,7 +78,7 @@ class RouteSpec(BaseModel):
     to: list[str]
     lock: bool = False  # the guest's `backend` param cannot override this route
     policy: Policy = "priority"
-    weights: list[float] | None = None  # policy weighted: one per `to` entry
+    weights: list[float] | None = None  # one per `to` entry; policy weighted reads them
     # Sent to this route's backends instead of the guest's model (which the
     # backend a route moved the completion to may not serve).
     model: str | None = None
@@ -102,11 +102,10 @@ class RouteSpec(BaseModel):
     def _weights(self) -> RouteSpec:
         if len(set(self.to)) != len(self.to):
             raise ValueError(f"to: a backend is listed twice in {self.to}")
+        # Checked whatever the policy (only `weighted` reads them): the issue's
+        # own example keeps `weights` beside `policy = "priority"`.
         if self.weights is None:
             return self
-        if self.policy != "weighted":
-            raise ValueError(f"weights: only policy 'weighted' uses them (this route's policy "
-                             f"is {self.policy!r})")
         if len(self.weights) != len(self.to) or any(w <= 0 for w in self.weights):
             raise ValueError(f"weights: need {len(self.to)} positive numbers, one per `to` "
                              f"entry; got {self.weights}")
