@@ -63,12 +63,6 @@ _KEEP_ALIVE: list[object] = []
 _current = threading.local()
 
 
-def current_run() -> GuestRun:
-    """The run whose guest is executing on this thread (set around every entry)."""
-    run: GuestRun = _current.run
-    return run
-
-
 def enter_run(run: GuestRun | None) -> GuestRun | None:
     """Make `run` current on this thread, returning the previous one."""
     previous: GuestRun | None = getattr(_current, "run", None)

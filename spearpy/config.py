@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spearpy.chat.params import LimitPolicy
+from spearpy.secret_env import OPENAI_KEY_ENV
 
 
 def _default_cache_dir() -> Path:
@@ -83,7 +84,7 @@ class HostConfig(BaseSettings):
         "https://api.openai.com/v1",
         validation_alias=AliasChoices("OPENAI_BASE_URL", "SPEARPY_BASE_URL"),
     )
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = OPENAI_KEY_ENV
     model: str | None = None
     # A configured backend name, `openai`, `anthropic`, `scripted:FILE` or
     # `replay:FILE`; None = the config file's default, else `openai`.

@@ -19,12 +19,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["BUILTIN_KEY_ENVS", "SecretEnvError", "guest_env", "inheritable_env",
-           "is_secret_name", "is_secret_value", "passed_through"]
+__all__ = ["ANTHROPIC_KEY_ENV", "BUILTIN_KEY_ENVS", "OPENAI_KEY_ENV", "SecretEnvError",
+           "guest_env", "inheritable_env", "is_secret_name", "is_secret_value",
+           "passed_through"]
 
-# The key variables of the built-in backend kinds: refused like a configured
-# key variable even when no backend of that kind is configured.
-BUILTIN_KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+# The key variables of the built-in backend kinds (the one place they are
+# named): refused like a configured key variable even when no backend of
+# that kind is configured, and redacted everywhere.
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+BUILTIN_KEY_ENVS = (OPENAI_KEY_ENV, ANTHROPIC_KEY_ENV)
 
 # Whole words of a name (split at non-alphanumerics and camelCase humps).
 _WORDS = frozenset({

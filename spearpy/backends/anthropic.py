@@ -22,6 +22,7 @@ from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import DecodeError, HTTPBackend
 from spearpy.backends.streaming import AnthropicStream, DeltaSink
 from spearpy.chat.protocol import JSONDict
+from spearpy.secret_env import ANTHROPIC_KEY_ENV
 
 ANTHROPIC_VERSION = "2023-06-01"
 # The Messages API requires max_tokens; 4096 fits every current model's limit.
@@ -50,7 +51,7 @@ class AnthropicBackend(HTTPBackend):
     kind = "anthropic"
     path = "/messages"
 
-    default_key_env = "ANTHROPIC_API_KEY"
+    default_key_env = ANTHROPIC_KEY_ENV
 
     def __init__(
         self,

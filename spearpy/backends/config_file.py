@@ -42,6 +42,7 @@ from spearpy.backends.quirks import PROFILES, quirk_profile
 from spearpy.backends.routing.spec import TABLES as ROUTING_TABLES
 from spearpy.backends.routing.spec import RoutingSpec, parse_routing
 from spearpy.errors import ConfigError
+from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
 
 Kind = Literal["openai", "anthropic", "scripted", "replay"]
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -49,7 +50,7 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com/v1",
 }
-DEFAULT_KEY_ENVS: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+DEFAULT_KEY_ENVS: dict[str, str] = {"openai": OPENAI_KEY_ENV, "anthropic": ANTHROPIC_KEY_ENV}
 # `mcp` is read by spearpy.mcp (record dirs and servers), not here.
 TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp")
 

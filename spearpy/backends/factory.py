@@ -13,7 +13,6 @@ from spearpy.backends.retry import RetryPolicy
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:
-    from spearpy.backends.base import Backend
     from spearpy.config import HostConfig
 
 
@@ -72,14 +71,3 @@ def build_from_spec(name: str, spec: BackendSpec, defaults: HostDefaults,
             wrap_transport=wrap,
         )  # fmt: skip
     raise ConfigError(f"backend {name!r}: kind {spec.kind!r} cannot be built here")
-
-
-def build_backend(config: HostConfig) -> Backend:
-    """The backend a session gets when it names none (kept for callers that
-    want one backend without a Host)."""
-    from spearpy.backends.catalog import BackendCatalog
-
-    catalog = BackendCatalog.from_config(config)
-    backend = catalog.build(catalog.default)
-    assert backend is not None
-    return backend

@@ -14,6 +14,7 @@ from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, error_details
 from spearpy.backends.streaming import DeltaSink, OpenAIStream
 from spearpy.chat.protocol import JSONDict
+from spearpy.secret_env import OPENAI_KEY_ENV
 
 __all__ = ["MAX_RESPONSE_BYTES", "OpenAIBackend", "error_details"]
 
@@ -27,7 +28,7 @@ MAX_MODELS_BYTES = 1 << 20
 class OpenAIBackend(HTTPBackend):
     kind = "openai"
     path = "/chat/completions"
-    default_key_env = "OPENAI_API_KEY"
+    default_key_env = OPENAI_KEY_ENV
     _sole_model: str | None = None  # "" once asked and there was no single answer
 
     def build_body(self, request: CompletionRequest) -> JSONDict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from spearpy import abi
@@ -47,7 +46,7 @@ def _enosys(_run: GuestRun, *_args: int) -> int:
 
 
 for _name, _nparams in UNSUPPORTED.items():
-    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), partial(_enosys))
+    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _enosys)
 
 
 def define_spear_imports(linker: wasmtime.Linker) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from spearpy.observe.scrub import MIN_SECRET_LEN, REDACTED, SecretScrubber
+from spearpy.secret_env import BUILTIN_KEY_ENVS
 
 __all__ = ["MIN_SECRET_LEN", "REDACTED", "Redactor", "digest", "is_secret_key", "short_sha256"]
 
@@ -67,7 +68,7 @@ class Redactor:
         self._patterns = _PATTERNS if patterns else ()
 
     @classmethod
-    def from_env(cls, names: Iterable[str] = ("OPENAI_API_KEY",), *,
+    def from_env(cls, names: Iterable[str] = BUILTIN_KEY_ENVS, *,
                  patterns: bool = True) -> Redactor:
         """A Redactor knowing the values of these environment variables and of
         every variable named like a credential (*_API_KEY, *_TOKEN, ...)."""

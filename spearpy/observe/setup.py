@@ -18,6 +18,7 @@ from spearpy.observe.events import EventSink, FanOut
 from spearpy.observe.live import LiveView
 from spearpy.observe.logs import LogSink, configure_logging
 from spearpy.observe.redact import Redactor
+from spearpy.secret_env import BUILTIN_KEY_ENVS
 
 if TYPE_CHECKING:
     # Sinks load when asked for (in _setup): prometheus-client only with metrics.
@@ -40,11 +41,11 @@ class Observability:
     metrics server and closes every file."""
 
     def __init__(self, opts: dict[str, Any], *,
-                 api_key_envs: Sequence[str] = ("OPENAI_API_KEY",),
+                 api_key_envs: Sequence[str] = BUILTIN_KEY_ENVS,
                  stderr: IO[str] | None = None) -> None:
         self._stderr = stderr if stderr is not None else sys.stderr
         # Every backend's key, not only the default one: a guest may pick any.
-        self._key_envs = [*api_key_envs, "OPENAI_API_KEY"]
+        self._key_envs = [*api_key_envs, *BUILTIN_KEY_ENVS]
         self.redactor = Redactor.from_env(self._key_envs)
         self.sink = FanOut()
         # Undone last-in first-out: span exporters flush before their file

@@ -23,6 +23,7 @@ from spearpy.config import HostConfig
 from spearpy.host import Host
 from spearpy.observe.metrics import Metrics
 from spearpy.observe.redact import Redactor
+from spearpy.secret_env import BUILTIN_KEY_ENVS
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.fanout import Hub
@@ -43,7 +44,7 @@ class Service:
         base = host if host is not None else Host(config.host or HostConfig())
         self.hosts = HostPool(base, owned=host is None)
         # Every backend's key, not only the default one's: a guest may pick any.
-        self.redactor = Redactor.from_env([*base.key_envs(), "OPENAI_API_KEY"])
+        self.redactor = Redactor.from_env([*base.key_envs(), *BUILTIN_KEY_ENVS])
         if config.token:
             self.redactor.add(config.token)
         self.encoder = EventEncoder(self.redactor, content=config.event_content,
