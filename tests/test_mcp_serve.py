@@ -290,6 +290,21 @@ def test_in_process_server_stops_the_run_and_refuses_later_calls(hostile: Path,
     assert late.is_error and "not running" in _text(late)
 
 
+def test_stopping_ends_a_call_in_progress_at_once(hostile: Path) -> None:
+    with Host(cache_dir=None, tool_timeout=120) as host:
+        server = GuestToolServer(host, hostile, invoke="register")
+        server.start()
+        spinning = server._bridge.submit("spin", {})
+        time.sleep(0.3)  # let it start spinning
+        started = time.monotonic()
+        result = server.close()
+        took = time.monotonic() - started
+    assert result is not None and result.outcome == "cancelled"
+    assert took < 3.0  # not the 5 s grace, let alone the 120 s tool timeout
+    answer = spinning.result(timeout=5)
+    assert answer.is_error and answer.error_code == "tool_exec_failed"
+
+
 def test_a_call_taken_as_the_run_ends_fails_instead_of_waiting_forever() -> None:
     bridge = GuestBridge()
     session = ChatSession(1000)

@@ -8,9 +8,9 @@ one at a time. Each call goes through the guest's own tool source with the
 same budget, argument checks and output limit as a call from the auto tool
 loop, so its answer is the tool message the loop would have produced.
 
-Stopping (or the run's cancel or deadline) ends the send with HostInterrupt,
-which ends the run as `cancelled`; calls still queued fail with
-`BridgeClosed`.
+Stopping cancels the run (a call in progress included); that, or the run's
+own cancel or deadline, ends the send with HostInterrupt and the run as
+`cancelled`; calls still queued fail with `BridgeClosed`.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class GuestBridge:
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._tools: dict[str, Tool] = {}
+        self._run: GuestRun | None = None  # set on the guest's thread at its first send
         self.tools: list[GuestTool] = []
         self.session_fd: int | None = None
         self._closed_why: str | None = None
@@ -121,11 +122,16 @@ class GuestBridge:
         return future
 
     def stop(self, why: str = STOPPED_MESSAGE) -> None:
-        """Let the held send end (the run then ends as cancelled). Idempotent."""
+        """End the held send now, a call in progress included (the run then
+        ends as cancelled, with `why`). Idempotent; safe from any thread."""
         with self._lock:
             self._closed_why = self._closed_why or why
             self._stopped.set()
             self._queue.put(_STOP)
+            run = self._run
+        if run is not None:
+            # Wakes a tool waiting in sleep_ms or epoll too, not only the queue.
+            run.interrupts.cancel("cancelled", self._closed_why)
 
     def run_ended(self, why: str) -> None:
         """The run is over (the guest exited, trapped, or was stopped): every
@@ -142,8 +148,10 @@ class GuestBridge:
         del flags
         if self._ready.is_set():
             return None
-        if self._stopped.is_set():
-            raise HostInterrupt("cancelled", self._closed_why or STOPPED_MESSAGE)
+        with self._lock:
+            if self._stopped.is_set():
+                raise HostInterrupt("cancelled", self._closed_why or STOPPED_MESSAGE)
+            self._run = run
         self._capture(session)
         self._ready.set()
         try:
