@@ -4,6 +4,7 @@ routing record in events, transcripts and metrics."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from spearpy.host import Host
 from spearpy.observe.metrics import Metrics
-from tests.test_routing_kit import content, guests, refused_url, routing_config
+from tests.test_routing_kit import Guest, content, guests, refused_url, routing_config
 
 __all__ = ["guests"]
 
@@ -126,7 +128,7 @@ def test_distributions_over_many_sends(scripted: Any, guests: Any, tmp_path: Pat
     assert {n: len(s.requests) for n, s in servers.items()} == expected
 
 
-def test_least_inflight_and_ewma_latency_spread_and_prefer(scripted: Any, guests: Any,
+def test_ewma_latency_measures_each_then_prefers_the_fastest(scripted: Any, guests: Any,
                                                            tmp_path: Path) -> None:
     slow = scripted([{"reply": {"content": "slow", "delay_ms": 60}}])
     fast = scripted(named("fast"))
@@ -138,11 +140,32 @@ def test_least_inflight_and_ewma_latency_spread_and_prefer(scripted: Any, guests
     answers = [content(guest.send()) for _ in range(6)]
     # Each is measured once (unmeasured counts as fastest), then the faster wins.
     assert answers == ["slow", "fast", "fast", "fast", "fast", "fast"]
-    path = routing_config(tmp_path / "l.toml", backends,
+
+
+def test_least_inflight_sends_past_a_backend_that_is_busy(scripted: Any,
+                                                          tmp_path: Path) -> None:
+    slow = scripted([{"reply": {"content": "slow", "delay_ms": 400}}])
+    fast = scripted(named("fast"))
+    path = routing_config(tmp_path / "c.toml", {"slow": slow.base_url, "fast": fast.base_url},
                           '[[routes]]\nname = "r"\nto = ["slow", "fast"]\n'
                           'policy = "least_inflight"\n')
-    idle = guests(config_file=path)
-    assert content(idle.send()) == "slow"  # nothing in flight: as listed
+    host = Host(config_file=path, cache_dir=None, max_retries=0)
+    first, second = Guest(host), Guest(host)
+    answers: list[str | None] = []
+    try:
+        busy = threading.Thread(target=lambda: answers.append(content(first.send())))
+        busy.start()
+        deadline = time.monotonic() + 10
+        while not slow.requests and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the slow server holds the first request
+        assert content(second.send()) == "fast"  # slow has one in flight, fast none
+        busy.join(10)
+        assert answers == ["slow"]  # nothing was in flight: the first as listed
+        assert content(second.send()) == "slow"  # idle again
+    finally:
+        first.close()
+        second.close()
+        host.close()
 
 
 def test_the_circuit_opens_after_consecutive_failures_and_closes_after_a_trial(
