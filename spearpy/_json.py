@@ -81,6 +81,17 @@ def _too_deep(raw: str | bytes) -> bool:
     return max(accumulate(memoryview(signs).cast("b")), default=0) > MAX_JSON_DEPTH
 
 
+def compact(value: Any) -> str:
+    """The one JSON serialisation of what the host writes for guests, tools and
+    upstreams: no whitespace (SPEAR's bodies are compact; C guests search them
+    with strstr), characters as they are (UTF-8, not \\u escapes)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def compact_bytes(value: Any) -> bytes:
+    return compact(value).encode()
+
+
 def _reject_constant(token: str) -> object:
     raise ValueError(f"{token} is not valid JSON")
 

@@ -26,12 +26,12 @@ must copy what it changes, never edit in place.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spearpy import _json
 from spearpy.chat.protocol import JSONDict
 from spearpy.errors import ConfigError
 
@@ -59,8 +59,7 @@ class QuirkProfile:
 # ---- shared helpers ---------------------------------------------------------
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_compact = _json.compact
 
 
 def _map_messages(body: JSONDict, fn: Callable[[JSONDict], JSONDict]) -> JSONDict:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
-from typing import Any
 
+from spearpy import _json
 from spearpy.chat.protocol import JSONDict, ToolCall
 
 # id_factory may keep returning taken ids (a model can echo our own format);
@@ -31,9 +31,7 @@ MAX_TOOL_CALL_ID_BYTES = 256
 _NAME_SHOWN_CHARS = 48
 
 
-def compact_json(value: Any) -> str:
-    """The serialisation every body and tool message uses (C guests strstr it)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+compact_json = _json.compact  # every body and tool message (C guests strstr it)
 
 
 def normalize_assistant(

@@ -4,12 +4,11 @@ CallTool, events around both. All policy lives in the loop; all I/O lives here."
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy._native import HostInterrupt
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.router import route_record
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
     from spearpy.instance import GuestRun
 
 
-def _dump(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _error_response(backend: str, model: str, code: str, message: str) -> ChatResponse:
@@ -44,7 +41,7 @@ def _error_response(backend: str, model: str, code: str, message: str) -> ChatRe
             "_spear": {"backend": backend, "model": model, "iterations": 0, "tool_calls": 0,
                        "usage": {"prompt_tokens": 0, "completion_tokens": 0,
                                  "total_tokens": 0}, "elapsed_ms": 0.0}}
-    return ChatResponse(_dump(body), {}, True)
+    return ChatResponse(_json.compact_bytes(body), {}, True)
 
 
 def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -> None:
@@ -181,7 +178,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     run.events.emit(ev.SEND_END, fd, outcome="error" if is_error else "ok", error=code,
                     iterations=stats.iterations, tool_calls=stats.tool_calls,
                     usage=stats.usage.as_dict())
-    body = _dump(action.body)
+    body = _json.compact_bytes(action.body)
     _charge_new_messages(run, session, kept)
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")

@@ -9,11 +9,10 @@ allow.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TypeVar
 
-from spearpy import abi
+from spearpy import _json, abi
 from spearpy.fds.base import Fd
 
 F = TypeVar("F", bound=Fd)
@@ -75,10 +74,8 @@ class FdTable:
     def status_json(self, fd: int) -> bytes:
         entry = self._entries[fd]
         mask = entry.readiness()
-        return _compact({"kind": entry.kind, "flags": entry.flags(),
+        return _json.compact_bytes({"kind": entry.kind, "flags": entry.flags(),
                          "poll_mask": [name for bit, name in _NAMES if mask & bit],
                          "closed": False})
 
 
-def _compact(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()

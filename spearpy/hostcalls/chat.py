@@ -178,7 +178,7 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
             metrics = entry.metrics()
             if isinstance(metrics, int):
                 return metrics
-            payload = json.dumps(metrics, separators=(",", ":")).encode()
+            payload = _json.compact_bytes(metrics)
             return run.memory.write_out(arg_ptr, arg_len_ptr, payload)
     except GuestFault:
         return abi.EFAULT

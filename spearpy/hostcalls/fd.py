@@ -17,8 +17,6 @@ if TYPE_CHECKING:
 _RECORD = struct.Struct("<ii")
 
 
-def _compact(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
@@ -47,16 +45,16 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
                 entry.nonblock = False
             return 0
         if cmd == abi.FD_CTL_GET_FLAGS:
-            payload = _compact({"flags": entry.flags()})
+            payload = _json.compact_bytes({"flags": entry.flags()})
         elif cmd == abi.FD_CTL_GET_KIND:
-            payload = _compact({"kind": entry.kind})
+            payload = _json.compact_bytes({"kind": entry.kind})
         elif cmd == abi.FD_CTL_GET_STATUS:
             payload = run.fds.status_json(fd)
         elif cmd == abi.FD_CTL_GET_METRICS:
             metrics = entry.metrics()
             if isinstance(metrics, int):
                 return metrics  # a response whose send is still running
-            payload = _compact(metrics)
+            payload = _json.compact_bytes(metrics)
         else:
             return abi.EINVAL
         return run.memory.write_out(arg_ptr, arg_len_ptr, payload)

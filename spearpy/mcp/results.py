@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spearpy import _json
+
 MCP_TOOL_FAILED = "mcp_tool_failed"  # the tool ran and said isError (SPEAR's code)
 MCP_TIMEOUT = "mcp_timeout"
 MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"  # cannot start, crashed, restart backoff
@@ -32,8 +34,7 @@ MARKER = "\n[truncated by spearpy: {shown} of {total} bytes shown]"
 _MARKER_ROOM = len(MARKER.format(shown="9" * 20, total="9" * 20).encode())
 
 
-def compact_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+compact_json = _json.compact
 
 
 def cut_utf8(text: str, max_bytes: int) -> str:

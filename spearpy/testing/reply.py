@@ -10,10 +10,11 @@ replay exactly. Other provider dialects plug in here, as other renderers.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
+
+from spearpy import _json
 
 JSONDict: TypeAlias = dict[str, Any]
 
@@ -55,9 +56,7 @@ class ScriptError(ValueError):
     """A script (or a reply produced by a script callable) is invalid."""
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON, the way OpenAI serialises tool-call arguments."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+dumps = _json.compact  # compact, the way OpenAI serialises tool-call arguments
 
 
 def error_body(
