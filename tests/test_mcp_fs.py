@@ -23,7 +23,6 @@ from spearpy.mcp.cli import mcp
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.testing import ScriptedServer
 from spearpy.testing.instance import LiveInstance
-from spearpy.testing.script import Script
 from tests.probe import Probe, wat_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +123,6 @@ def test_the_loop_reads_and_lists_through_the_server(tree: dict[str, Path]) -> N
             Host(cache_dir=None, model="m", max_retries=0, base_url=upstream.base_url,
                  mcp_dirs=[tree["registry"]],
                  task_params={"mcp.enabled": True, "mcp.default_server_ids": ["fs"]}) as host:
-        upstream.script = Script.load(script)
         probe = Probe.__new__(Probe)
         options = RunOptions(capture_output=True, task=host.task_policy)
         LiveInstance.__init__(probe, host, host.load(wat_module("probe.wat")), options)
