@@ -19,7 +19,7 @@ def scripted() -> Iterator[Any]:
 
     def start(script: Any, dialect: str | None = None, api_key: str | None = None,
               **options: Any) -> ScriptedServer:
-        from spearpy.testing.dialect_names import dialect as make_dialect
+        from spearpy.backends.scripted.dialect_names import dialect as make_dialect
 
         server = ScriptedServer(Script.load(script), api_key=api_key,
                                 dialect=make_dialect(dialect, **options) if dialect else None)

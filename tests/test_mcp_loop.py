@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from spearpy import abi
+from spearpy.backends.scripted.script import Script
 from spearpy.host import Host
 from spearpy.instance import RunOptions
 from spearpy.mcp.naming import spear_tool_name
@@ -20,7 +21,6 @@ from spearpy.observe import events as ev
 from spearpy.observe.events import Event
 from spearpy.testing import ScriptedServer
 from spearpy.testing.instance import LiveInstance
-from spearpy.testing.script import Script
 from tests.probe import Probe, tool_schema, wat_module
 
 TOOLBOX = str(Path(__file__).parent / "mcp_servers" / "toolbox.py")

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spearpy import abi
+from spearpy.backends.scripted.streamed import anthropic_events, openai_events
 from spearpy.backends.streaming import AnthropicStream, OpenAIStream, SSEDecoder, StreamError
 from spearpy.host import Host
 from spearpy.instance import RunOptions
@@ -19,7 +20,6 @@ from spearpy.observe import events as ev
 from spearpy.observe.events import Event
 from spearpy.testing import ScriptedServer
 from spearpy.testing.instance import LiveInstance
-from spearpy.testing.streamed import anthropic_events, openai_events
 from tests.probe import Probe, tool_schema, wat_module
 
 SCRIPT = {"rules": [

@@ -269,7 +269,7 @@ def _check_spec(spec: BackendSpec, where: str) -> None:
     if spec.base_url is not None and (problem := url_problem(spec.base_url)) is not None:
         raise BackendSpecError(f"{where}: base_url {spec.base_url!r}: {problem}")
     if spec.kind == "scripted" and spec.script is not None:
-        from spearpy.testing import Script
+        from spearpy.backends.scripted.script import Script
 
         try:
             Script.load(spec.script)

@@ -17,13 +17,14 @@ if TYPE_CHECKING:
 
 
 class ScriptedBackend(OpenAIBackend):
-    """The built-in offline model: a loopback spearpy.testing server answering
+    """The built-in offline model: a loopback scripted server (backends/scripted) answering
     from a script, reached over real HTTP so the whole upstream path runs."""
 
     def __init__(self, script_path: str, config: HostConfig | HostDefaults, *,
                  name: str = "scripted", quirks: QuirkProfile | str | None = None,
                  wrap_transport: TransportWrapper | None = None) -> None:
-        from spearpy.testing import Script, ScriptedServer
+        from spearpy.backends.scripted.script import Script
+        from spearpy.backends.scripted.server import ScriptedServer
 
         try:
             script = Script.load(script_path)

@@ -2,12 +2,14 @@
 
 `Script` decides the answers (usable in-process through `Script.respond`),
 `ScriptedServer` serves them over real HTTP on 127.0.0.1. The format is
-documented in docs/scripted-model.md.
+documented in docs/scripted-model.md. Both are the built-in scripted backend's
+(spearpy.backends.scripted); this package adds what tests need on top:
+`spearpy.testing.instance.LiveInstance`, a guest whose exports a test drives.
 """
 
-from spearpy.testing.reply import ScriptedReply, ScriptError
-from spearpy.testing.script import Script, ScriptSource
-from spearpy.testing.server import RecordedRequest, ScriptedServer, serve_script_forever
+from spearpy.backends.scripted.reply import ScriptedReply, ScriptError
+from spearpy.backends.scripted.script import Script, ScriptSource
+from spearpy.backends.scripted.server import RecordedRequest, ScriptedServer, serve_script_forever
 
 __all__ = [
     "RecordedRequest",

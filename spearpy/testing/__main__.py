@@ -7,8 +7,8 @@ import signal
 import sys
 from types import FrameType
 
-from spearpy.testing.reply import ScriptError
-from spearpy.testing.server import serve_script_forever
+from spearpy.backends.scripted.reply import ScriptError
+from spearpy.backends.scripted.server import serve_script_forever
 
 
 def _exit_on_term(signum: int, frame: FrameType | None) -> None:

@@ -28,7 +28,7 @@ int main(void) {
     expect("unknown ctl cmd", sp_cchat_ctl(a, 77, 0, 0), SP_EINVAL);
     expect("param 'messages' is the host's", sp_set_param_raw(a, "messages", "[]"), SP_EINVAL);
     expect("param of the wrong type", sp_set_param_str(a, "max_iterations", "many"), SP_EINVAL);
-    expect("mcp.* params refused", sp_set_param_str(a, "mcp.server", "x"), SP_EACCES);
+    expect("mcp.enabled beyond the task", sp_set_param_bool(a, "mcp.enabled", 1), SP_EACCES);
     expect("invalid JSON param", sp_set_param_json(a, "{nope", 5), SP_EIO);
     expect("tool with a bad name", sp_cchat_write_fn(a, 1, SP_PTR("{\"name\":\"no spaces\"}"), 20),
            SP_EINVAL);

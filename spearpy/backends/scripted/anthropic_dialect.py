@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from spearpy import _json
-from spearpy.testing.dialects import Dialect, Respond, derived_id, plain_error
-from spearpy.testing.reply import JSONDict, ScriptedReply, dumps
-from spearpy.testing.streamed import anthropic_events
+from spearpy.backends.scripted.dialects import Dialect, Respond, derived_id, plain_error
+from spearpy.backends.scripted.reply import JSONDict, ScriptedReply, dumps
+from spearpy.backends.scripted.streamed import anthropic_events
 
 MESSAGES_PATH = "/v1/messages"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",

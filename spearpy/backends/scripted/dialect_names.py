@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from spearpy.testing.anthropic_dialect import AnthropicDialect
-from spearpy.testing.dialects import (
+from spearpy.backends.scripted.anthropic_dialect import AnthropicDialect
+from spearpy.backends.scripted.dialects import (
     Dialect,
     LlamaCppDialect,
     MistralDialect,
     OllamaDialect,
     VLLMDialect,
 )
-from spearpy.testing.reply import ScriptError
+from spearpy.backends.scripted.reply import ScriptError
 
 
 def dialect(spec: str | Dialect | None, **options: Any) -> Dialect:

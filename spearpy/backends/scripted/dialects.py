@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from spearpy import _json
-from spearpy.testing.reply import JSONDict, ScriptedReply, dumps
+from spearpy.backends.scripted.reply import JSONDict, ScriptedReply, dumps
 
 CHAT_PATH = "/v1/chat/completions"
 Respond = Callable[[JSONDict], ScriptedReply]

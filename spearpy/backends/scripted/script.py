@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from spearpy.testing.reply import (
+from spearpy.backends.scripted.reply import (
     DEFAULT_MODEL,
     JSONDict,
     ReplySpec,

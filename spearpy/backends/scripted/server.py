@@ -20,14 +20,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from spearpy import _json
-from spearpy.testing.dialect_names import dialect as _dialect
-from spearpy.testing.dialects import Dialect
-from spearpy.testing.faults import WIRE_FAULTS
-from spearpy.testing.reply import CREATED, JSONDict, ScriptedReply, ScriptError, failure
-from spearpy.testing.script import Script, ScriptSource
-from spearpy.testing.streamed import openai_events
+from spearpy.backends.scripted.dialect_names import dialect as _dialect
+from spearpy.backends.scripted.dialects import Dialect
+from spearpy.backends.scripted.faults import WIRE_FAULTS
+from spearpy.backends.scripted.reply import CREATED, JSONDict, ScriptedReply, ScriptError, failure
+from spearpy.backends.scripted.script import Script, ScriptSource
+from spearpy.backends.scripted.streamed import openai_events
 
-log = logging.getLogger("spearpy.testing")
+log = logging.getLogger("spearpy.scripted")
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
@@ -292,7 +292,7 @@ def _models_body(script: Script) -> JSONDict:
 class ScriptedServer:
     """Serve `script` on http://host:port/v1 until stop(); a context manager too.
 
-    `dialect` (a name or a spearpy.testing.dialects.Dialect) makes it behave
+    `dialect` (a name or a spearpy.backends.scripted.dialects.Dialect) makes it behave
     like another server: "anthropic", "ollama", "llamacpp", "vllm", "mistral".
     """
 

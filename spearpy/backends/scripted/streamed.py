@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from spearpy.testing.reply import JSONDict, dumps
+from spearpy.backends.scripted.reply import JSONDict, dumps
 
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
 
