@@ -281,3 +281,15 @@ def test_a_tool_result_mid_loop_reroutes_the_next_completion(scripted: Any, gues
     assert len(hosted.requests) == 1 and len(local.requests) == 1
     assert local.requests[0].body["messages"][-1]["role"] == "tool"
     assert [r["reason"] for r in guest.routes()] == ["default", "locked route"]
+
+
+def test_a_routed_send_without_any_model_uses_the_servers_only_model(
+        scripted: Any, guests: Any, tmp_path: Path) -> None:
+    bare = scripted({"rules": OK, "models": ["the-only-one"]})
+    path = routing_config(tmp_path / "c.toml", {"down": refused_url(),
+                                                "bare": {"base_url": bare.base_url,
+                                                         "model": ""}},
+                          '[[routes]]\nname = "r"\nto = ["down", "bare"]\n', default="bare")
+    guest = guests(config_file=path)
+    assert content(guest.send()) == "the-only-one says hi"
+    assert guest.routes()[0]["chosen"] == "bare"

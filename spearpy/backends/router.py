@@ -162,7 +162,8 @@ class Router:
             if isinstance(admitted, str):
                 rejected.append({"backend": name, "reason": admitted})
                 continue
-            model = plan.match.model_for(name, asked) or backend.default_model or request.model
+            model = plan.match.model_for(name, asked) or backend.default_model or \
+                _sole_model(backend) or request.model
             try:
                 result = backend.complete(request if model == request.model
                                           else replace(request, model=model))
@@ -198,6 +199,7 @@ class RoutedBackend:
         self.default_model = base.default_model
         self.last_record: dict[str, Any] | None = None
         self._router = router
+        self._base = base
         self._requested = requested
         self._asked = asked
         self._state = state
@@ -207,6 +209,11 @@ class RoutedBackend:
             self._requested, self._asked, self.default_model or None, request, self._state)
         return result
 
+    def sole_model(self) -> str | None:
+        """The only model the default (or asked-for) backend's server lists,
+        for a send that names none (see the driver)."""
+        return _sole_model(self._base)
+
     def close(self) -> None:
         """Nothing: the host owns and closes the backends routed to."""
 
@@ -214,6 +221,14 @@ class RoutedBackend:
 def route_record(backend: object) -> dict[str, Any] | None:
     """The routing record of the last completion of a routed backend, else None."""
     return backend.last_record if isinstance(backend, RoutedBackend) else None
+
+
+def _sole_model(backend: object) -> str | None:
+    # Servers that serve one model say which on /models (OpenAIBackend asks
+    # once); other backends have no such method.
+    ask = getattr(backend, "sole_model", None)
+    model = ask() if callable(ask) else None
+    return model if isinstance(model, str) and model else None
 
 
 def _stopped(request: CompletionRequest) -> bool:
