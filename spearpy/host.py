@@ -26,7 +26,7 @@ from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
 from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS, define_spear_imports
-from spearpy.instance import GuestLogSink, GuestRun, RunOptions
+from spearpy.instance import GuestLogSink, GuestRun, RunOptions, SendHook
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
 from spearpy.secret_env import passed_through
@@ -125,10 +125,14 @@ class Host:
         self._catalog = BackendCatalog.from_config(config)
         # None unless the config routes ([models] aliases, [[routes]]).
         self._router = self._catalog.router(self._named_backend)
-        # The task layer is the operator's: a typo in it fails the Host.
-        self.task_policy = task_policy(config.task_params)
+        # The task layer is the operator's: a typo in it fails the Host. The
+        # config file's [task] and [mcp] tables come first, flags and fields win.
+        file_dirs, file_servers, file_task = _config_file_tables(config)
+        self._task_params = {**file_task, **config.task_params}
+        self.task_policy = task_policy(self._task_params)
         self.tools = HostTools(
-            python_tools=python_tools, mcp_dirs=config.mcp_dirs, mcp_servers=mcp_servers,
+            python_tools=python_tools, mcp_dirs=[*file_dirs, *config.mcp_dirs],
+            mcp_servers=[*file_servers, *mcp_servers],
             secrets=[os.environ.get(name, "") for name in self.key_envs()])
         self._closed = False
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
@@ -284,6 +288,7 @@ class Host:
         limits: dict[str, Any] | None = None,
         on_guest_log: GuestLogSink | None = None,
         task_params: Mapping[str, Any] | None = None,
+        send_hook: SendHook | None = None,
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
@@ -292,6 +297,8 @@ class Host:
         `log` calls instead of stderr (e.g. to keep a JSON log stream JSON).
         `task_params` adds SPEAR task-layer keys (`mcp.enabled`, ...) to the
         host's for this run (a bad one is a ValueError naming it).
+        `send_hook(run, session, flags)` may answer a cchat_send itself
+        (RunOptions.send_hook; `spearpy mcp serve` uses it).
 
         `env` sets guest variables; a None value passes that variable through
         from this process's environment (`--env NAME`), the only way to give
@@ -317,7 +324,8 @@ class Host:
             invoke=invoke, capture_output=capture_output, sinks=sinks, cancel=cancel,
             limits=dict(limits) if limits else None, guest_log=on_guest_log,
             task=self.task_policy if not task_params else
-            task_policy({**self.config.task_params, **task_params}),
+            task_policy({**self._task_params, **task_params}),
+            send_hook=send_hook,
         )
         run = GuestRun(self, loaded, options)
         with self._lock:
@@ -387,6 +395,18 @@ class Host:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _config_file_tables(config: HostConfig) -> tuple[list[Path], list[Any], dict[str, Any]]:
+    """(MCP record dirs, inline MCP records, task keys) of the config file."""
+    from spearpy.backends.config_file import default_config_path
+    from spearpy.mcp.configfile import mcp_sources, task_table
+
+    path = config.config_file or default_config_path()
+    if not Path(path).is_file():
+        return [], [], {}
+    dirs, servers = mcp_sources(path)
+    return dirs, list(servers), task_table(path)
 
 
 def _with_events(result: RunResult, events: list[Event]) -> RunResult:

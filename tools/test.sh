@@ -4,6 +4,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash tools/setup.sh --toolchains || exit $?
+# The published MCP filesystem server the MCP tests run (npm, project-local).
+bash tools/setup_node.sh || exit $?
 .venv/bin/python -m pytest "$@"
 rc=$?
 if [ $rc = 5 ]; then

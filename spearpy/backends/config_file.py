@@ -52,7 +52,7 @@ DEFAULT_BASE_URLS: dict[str, str] = {
 }
 DEFAULT_KEY_ENVS: dict[str, str] = {"openai": OPENAI_KEY_ENV, "anthropic": ANTHROPIC_KEY_ENV}
 # `mcp` is read by spearpy.mcp (record dirs and servers), not here.
-TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp")
+TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp", "task")
 
 
 class BackendSpec(BaseModel):

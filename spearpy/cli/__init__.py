@@ -21,6 +21,8 @@ _COMMANDS = {
     "build": ("spearpy.cli.build", "build"),
     "new": ("spearpy.cli.new", "new"),
     "show": ("spearpy.cli.show", "show"),
+    "mcp": ("spearpy.mcp.cli", "mcp"),
+    "routes": ("spearpy.backends.routing_cli", "routes"),
 }
 
 

@@ -58,7 +58,10 @@ class McpManager:
                 self.registry.add_source(item, environ)
         self._host_env = dict(host_env) if host_env is not None else None
         self._loop = LoopThread()
-        self._conns: dict[str, Connection] = {}  # touched on the loop thread only
+        self._conns: dict[str, Connection] = {}  # changed on the loop thread only
+        # server id -> (the connection's cached listing, its ToolSpecs): the same
+        # listing gives the same spec objects, so a source can keep what it built.
+        self._specs: dict[str, tuple[list[Any], list[ToolSpec]]] = {}
         self._closed = False
         self._log: Any = None
         # A manager dropped without close() (or alive at interpreter exit)
@@ -131,6 +134,9 @@ class McpManager:
             ends[sid] = end if deadline is None else min(end, deadline)
         if not ends:
             return found, failed
+        warm = self._warm(ends)
+        if warm is not None:
+            return {**found, **warm}, failed
 
         async def one(sid: str) -> tuple[str, list[Any] | McpError]:
             try:
@@ -149,9 +155,31 @@ class McpManager:
             if isinstance(tools, McpError):
                 failed[sid] = tools
                 continue
-            allowed = self.registry.entries[sid].record.allowed_tools
-            found[sid] = [_spec(sid, t) for t in tools if allowed and match_any(allowed, t.name)]
+            found[sid] = self._specs_of(sid, tools)
         return found, failed
+
+    def _warm(self, server_ids: Iterable[str]) -> dict[str, list[ToolSpec]] | None:
+        """Every server's listing from its live session's cache, without a trip
+        to the loop thread; None when one needs the loop (not started, stale).
+        Reading the cache from this thread is safe: the loop thread replaces
+        the list, never changes it, and a listing one change old is what a
+        send a moment earlier would have got."""
+        found = {}
+        for sid in server_ids:
+            conn = self._conns.get(sid)
+            tools = conn.cached_tools() if conn is not None else None
+            if tools is None:
+                return None
+            found[sid] = self._specs_of(sid, tools)
+        return found
+
+    def _specs_of(self, server_id: str, tools: list[Any]) -> list[ToolSpec]:
+        cached = self._specs.get(server_id)
+        if cached is None or cached[0] is not tools:
+            allowed = self.registry.entries[server_id].record.allowed_tools
+            cached = self._specs[server_id] = (tools, [
+                _spec(server_id, t) for t in tools if allowed and match_any(allowed, t.name)])
+        return cached[1]
 
     def offered_tools(self, task: TaskPolicy, session: SessionPolicy, *,
                       deadline: float | None = None, cancel: threading.Event | None = None,

@@ -9,8 +9,12 @@
     allowed_tools = ["*"]
     stdio = { command = "mcp-server-time" }
 
+    [task]                           # the run's task layer, SPEAR's keys
+    "mcp.enabled" = true
+    "mcp.default_server_ids" = ["time"]
+
 The rest of the file (backends, routing) is read by spearpy.backends, which
-leaves this table to spearpy.mcp.
+leaves these tables to spearpy.mcp.
 """
 
 from __future__ import annotations
@@ -20,14 +24,27 @@ from pathlib import Path
 from typing import Any
 
 
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the config file {str(path)!r}: {exc}") from None
+
+
+def task_table(path: str | Path) -> dict[str, Any]:
+    """The `[task]` table (SPEAR's task-config keys) of the config file."""
+    path = Path(path)
+    table = _read(path).get("task", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: `task` must be a table of SPEAR task keys")
+    return table
+
+
 def mcp_sources(path: str | Path) -> tuple[list[Path], list[dict[str, Any]]]:
     """(record dirs, inline records) of the config file at `path`; no `[mcp]`
     table gives nothing. Raises ValueError naming the file and what is wrong."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"cannot read the config file {str(path)!r}: {exc}") from None
+    raw = _read(path)
     table = raw.get("mcp", {})
     if not isinstance(table, dict):
         raise ValueError(f"{path}: `mcp` must be a table")

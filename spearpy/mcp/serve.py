@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -31,7 +30,6 @@ from mcp.shared.exceptions import MCPError
 
 from spearpy import abi
 from spearpy.chat.session import tool_error_content
-from spearpy.embed import start_run
 from spearpy.mcp import wire
 from spearpy.mcp.bridge import BridgeClosed, GuestBridge, GuestTool
 
@@ -177,30 +175,7 @@ def serve(server: GuestToolServer, http: str | None = None,
 
 def _start_run(host: Host, module: str | os.PathLike[str] | bytes | LoadedModule,
                argv: list[str], hook: SendHook, **kwargs: Any) -> RunHandle:
-    if "send_hook" in inspect.signature(host.run).parameters:
-        return host.start(module, argv, send_hook=hook, **kwargs)
-    # Until Host.run takes a send hook itself: the same run, options built here.
-    return start_run(cast(Any, _HookedHost(host, hook)), module, argv, **kwargs)
-
-
-class _HookedHost:
-    def __init__(self, host: Host, hook: SendHook) -> None:
-        self._host, self._hook = host, hook
-
-    def run(self, module: str | os.PathLike[str] | bytes | LoadedModule, argv: list[str], *,
-            cancel: Any, invoke: str | None, env: Mapping[str, str | None] | None,
-            dirs: list[tuple[str, str]] | None, capture_output: bool,
-            limits: dict[str, Any] | None) -> RunResult:
-        from spearpy.instance import GuestRun, RunOptions
-        from spearpy.secret_env import passed_through
-
-        # Host.run's own check: a backend's key never reaches the guest.
-        passed_through(os.environ, [k for k, v in (env or {}).items() if v is None],
-                       self._host.key_envs())
-        options = RunOptions(argv=list(argv), env=dict(env) if env else None,
-                             dirs=list(dirs or []), invoke=invoke, capture_output=capture_output,
-                             cancel=cancel, limits=limits, send_hook=self._hook)
-        return GuestRun(self._host, self._host.load(module), options).execute()
+    return host.start(module, argv, send_hook=hook, **kwargs)
 
 
 def _ended(handle: RunHandle) -> str:

@@ -24,6 +24,7 @@ from spearpy.mcp.results import MCP_TOOL_FAILED
 
 if TYPE_CHECKING:
     from spearpy.mcp.client import McpManager
+    from spearpy.mcp.models import ToolSpec
     from spearpy.observe.scrub import SecretScrubber
 
 GROUP = "mcp"
@@ -44,6 +45,10 @@ class McpTools:
     def __init__(self, manager: McpManager, scrubber: SecretScrubber) -> None:
         self._manager = manager
         self._scrubber = scrubber
+        # id(spec) -> (spec, offered name, the built tool or why it is left out):
+        # checking a schema and compiling its validator cost ~1 ms a tool, and
+        # the manager hands out the same ToolSpec objects until a listing changes.
+        self._built: dict[int, tuple[ToolSpec, str, Tool | str]] = {}
 
     def offer(self, task: TaskPolicy, session: SessionPolicy, *, deadline: float | None,
               cancel: threading.Event | None) -> Offer:
@@ -53,22 +58,34 @@ class McpTools:
         offer = Offer(failures={sid: f"{err.code}: {err}" for sid, err in failed.items()})
         for spec in specs:
             name = names.add(spec.server_id, spec.name)
-            wire = spec.to_openai(name)
-            function = wire["function"]
-            if function.get("description") is None:
-                del function["description"]  # strict servers refuse a null
-            problem = schema_problem(function["parameters"])
-            if problem is not None:
-                offer.failures[spec.server_id] = f"tool {spec.name!r} left out: {problem}"
+            built = self._built.get(id(spec))
+            if built is None or built[0] is not spec or built[1] != name:
+                built = self._built[id(spec)] = (spec, name, self._build(spec, name))
+            tool = built[2]
+            if isinstance(tool, str):
+                offer.failures[spec.server_id] = tool
                 continue
-            approval = self._manager.approval(spec.server_id, spec.name)
-            offer.tools.append(ToolRegistry.build(
-                name, (spec.server_id, spec.name), wire, self,
-                approval=_APPROVALS.get(approval, "deny"), origin=spec.server_id))
+            offer.tools.append(tool)
             # SPEAR's spellings route to the same tool, whatever name was offered.
             offer.aliases[f"mcp.{spec.server_id}.{spec.name}"] = name
             offer.aliases[spec.spear_name] = name
+        if len(self._built) > 4 * len(specs) + 256:
+            live = {id(spec) for spec in specs}
+            self._built = {k: v for k, v in self._built.items() if k in live}
         return offer
+
+    def _build(self, spec: ToolSpec, name: str) -> Tool | str:
+        wire = spec.to_openai(name)
+        function = wire["function"]
+        if function.get("description") is None:
+            del function["description"]  # strict servers refuse a null
+        problem = schema_problem(function["parameters"])
+        if problem is not None:
+            return f"tool {spec.name!r} left out: {problem}"
+        approval = self._manager.approval(spec.server_id, spec.name)
+        return ToolRegistry.build(name, (spec.server_id, spec.name), wire, self,
+                                  approval=_APPROVALS.get(approval, "deny"),
+                                  origin=spec.server_id)
 
     def call(self, ref: Any, arguments: str, budget: CallBudget) -> ToolOutcome:
         server_id, tool = ref
