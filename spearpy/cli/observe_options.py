@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from spearpy.cli.options import BYTES
 from spearpy.observe import setup
 from spearpy.observe.logs import FORMATS
 from spearpy.observe.setup import OPTION_NAMES
@@ -18,9 +19,9 @@ _OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--transcript", "transcript_dir"), {"type": click.Path(file_okay=False),
                                           "help": "write each session's conversation as JSON "
                                                   "into DIR when it closes"}),
-    (("--transcript-max-tool-bytes",), {"type": click.IntRange(min=0),
-                                        "help": "cut tool message contents in transcripts to N "
-                                                "bytes, with an explicit marker"}),
+    (("--transcript-max-tool-bytes",), {"type": BYTES,
+                                        "help": "cut tool message contents in transcripts to "
+                                                "this size (4096, 64KiB), with a marker"}),
     (("--metrics-file",), {"type": click.Path(dir_okay=False),
                            "help": "write Prometheus metrics (textfile collector format) to "
                                    "FILE when the run ends"}),
