@@ -95,6 +95,17 @@ def test_tokens_arrive_before_the_reply_ends(make_host: Any) -> None:
     # Six more events follow the first token, each 150 ms later: a client that
     # buffered the whole reply would report every token at the end.
     assert end.ts - first.ts > 0.5
+    # Time to first token is measured and counted.
+    assert 0 < end.data["ttft_ms"] < end.data["latency_ms"] - 500
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from spearpy.observe.metrics import Metrics
+
+    metrics = Metrics(CollectorRegistry())
+    for event in events:
+        metrics(event)
+    assert "spearpy_completion_ttft_seconds_count 1.0" in \
+        generate_latest(metrics.registry).decode()
 
 
 def test_a_secret_split_across_deltas_never_reaches_a_token_event(

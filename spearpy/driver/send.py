@@ -146,6 +146,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 error=result.error.code if result.error else None,
                                 status=result.error.status if result.error else None,
                                 tool_calls=_count_tool_calls(result.body),
+                                ttft_ms=tokens.first_ms(asked) if tokens is not None else None,
                                 **_routing(backend))
             loop.on_completion(result)
         elif isinstance(action, CallTool):
@@ -206,15 +207,22 @@ class _TokenSink:
     completion is over for the run (close), they are dropped, so no token
     event follows its completion_end."""
 
-    __slots__ = ("_fd", "_iteration", "_lock", "_open", "_run")
+    __slots__ = ("_fd", "_first", "_iteration", "_lock", "_open", "_run")
 
     def __init__(self, run: GuestRun, fd: int, iteration: int) -> None:
         self._run, self._fd, self._iteration = run, fd, iteration
         self._lock = threading.Lock()
         self._open = True
+        self._first: float | None = None
+
+    def first_ms(self, asked: float) -> float | None:
+        """Time to the first token, from when the completion was asked for."""
+        return None if self._first is None else round((self._first - asked) * 1000.0, 3)
 
     def __call__(self, text: str) -> None:
         with self._lock:
+            if self._first is None:
+                self._first = time.monotonic()
             if self._open:
                 self._run.events.emit(ev.TOKEN, self._fd, iteration=self._iteration,
                                       bytes=len(text.encode()), content={"text": text})

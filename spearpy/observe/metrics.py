@@ -65,6 +65,10 @@ class Metrics:
         self.completion_latency = Histogram("spearpy_completion_latency_seconds",
                                             "Upstream completion latency, retries included",
                                             buckets=LATENCY_BUCKETS, registry=r)
+        self.time_to_first_token = Histogram(
+            "spearpy_completion_ttft_seconds",
+            "Time to the first token of a streamed completion", buckets=LATENCY_BUCKETS,
+            registry=r)
         self.tool_duration = Histogram("spearpy_tool_duration_seconds",
                                        "Guest tool execution time", buckets=TOOL_BUCKETS,
                                        registry=r)
@@ -93,6 +97,9 @@ class Metrics:
         if kind == ev.COMPLETION_END:
             self.iterations.inc()
             self.completion_latency.observe(float(data.get("latency_ms") or 0.0) / 1000.0)
+            ttft = data.get("ttft_ms")
+            if isinstance(ttft, int | float):
+                self.time_to_first_token.observe(ttft / 1000.0)
             if data.get("error") is not None:
                 status = data.get("status")
                 self.upstream_errors.labels(str(status) if status else "none").inc()
