@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spearpy.host import Host, LoadedModule
     from spearpy.outcome import RunResult
+    from spearpy.streams import StreamClient, StreamHub, UserStream
 
 
 
@@ -29,6 +30,16 @@ class RunHandle:
                  argv: list[str] | tuple[str, ...] = (), **kwargs: Any) -> None:
         given = kwargs.pop("cancel", None)
         self._cancel: threading.Event = given if given is not None else threading.Event()
+        # streams=True: a hub of its own, so open_stream works before the run starts.
+        streams = kwargs.pop("streams", None)
+        if streams is True:
+            from spearpy.streams import StreamHub
+
+            streams = StreamHub()
+        self.streams: StreamHub | None = streams or None
+        if self.streams is not None:
+            kwargs["streams"] = self.streams
+        self._stream_client: StreamClient | None = None
         self._future: Future[RunResult] = Future()
         self._host = host
         self._module = module
@@ -52,6 +63,26 @@ class RunHandle:
             self._future.set_exception(exc)
         else:
             self._future.set_result(result)
+        finally:
+            if self.streams is not None:
+                self.streams.unbind()  # also when the run never started: clients see the end
+
+    def open_stream(self, stream_id: int) -> UserStream:
+        """The client's end of user stream `stream_id` (start with streams=True):
+        `send(bytes, meta=None)`, `recv(timeout)`, `asend`, `arecv`, `close()`.
+        The first call attaches this handle's client session to the run."""
+        if self.streams is None:
+            raise RuntimeError("this run has no user streams: start it with streams=True")
+        if self._stream_client is None:
+            from spearpy.streams import StreamClient
+
+            self._stream_client = StreamClient(self.streams)
+        return self._stream_client.open_stream(stream_id)
+
+    def close_streams(self, reason: str = "client closed") -> None:
+        """End this handle's stream session: the guest gets SESSION_CLOSED."""
+        if self._stream_client is not None:
+            self._stream_client.close(reason)
 
     def cancel(self) -> None:
         """Ask the run to stop; it ends with outcome "cancelled" (exit code 130)

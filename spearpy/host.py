@@ -35,6 +35,7 @@ from spearpy.tools.host import HostTools, task_policy
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.session import ChatSession
+    from spearpy.streams.hub import StreamHub
     from spearpy.tools.python import PythonTools
 
 # Epoch ticks drive deadline and cancel checks inside running wasm: 10 ms
@@ -289,6 +290,7 @@ class Host:
         on_guest_log: GuestLogSink | None = None,
         task_params: Mapping[str, Any] | None = None,
         send_hook: SendHook | None = None,
+        streams: StreamHub | None = None,
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
@@ -299,6 +301,9 @@ class Host:
         host's for this run (a bad one is a ValueError naming it).
         `send_hook(run, session, flags)` may answer a cchat_send itself
         (RunOptions.send_hook; `spearpy mcp serve` uses it).
+        `streams` lets clients reach the guest's user streams (a StreamHub
+        that serves this run only; `Host.start(..., streams=True)` makes one
+        and its handle opens streams: docs/streams.md).
 
         `env` sets guest variables; a None value passes that variable through
         from this process's environment (`--env NAME`), the only way to give
@@ -325,7 +330,7 @@ class Host:
             limits=dict(limits) if limits else None, guest_log=on_guest_log,
             task=self.task_policy if not task_params else
             task_policy({**self._task_params, **task_params}),
-            send_hook=send_hook,
+            send_hook=send_hook, streams=streams,
         )
         run = GuestRun(self, loaded, options)
         with self._lock:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from spearpy.fds import ChatResponse
     from spearpy.host import Host, LoadedModule
     from spearpy.mcp.policy import TaskPolicy
+    from spearpy.streams.hub import StreamHub
 
 _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 _UNLIMITED_FUEL = (1 << 63) - 1
@@ -69,6 +70,9 @@ class RunOptions:
     # returns is the send's (`spearpy mcp serve` serves the guest's tools
     # from inside its first send this way). None: the send goes on as usual.
     send_hook: SendHook | None = None
+    # The run's user streams (Host.run(streams=...)); None: no client can
+    # reach it, and user_stream_open / user_stream_ctl_open answer -ENOTCONN.
+    streams: StreamHub | None = None
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
@@ -117,6 +121,8 @@ class GuestRun:
         self._tool_funcs: dict[int, _native.RawFunc | None] = {}
         self._streams: StreamCapture | None = None
         self._table: wasmtime.Table | None = None
+        if options.streams is not None:
+            options.streams.bind(self.interrupts.waker)  # clients' frames wake the guest
 
     # ---- sends in progress -----------------------------------------------
 
@@ -318,6 +324,10 @@ class GuestRun:
 
     def _finish(self, outcome: Outcome, message: str, exit_code: int) -> RunResult:
         self.close_all_sessions()
+        if self.options.streams is not None:
+            from spearpy.hostcalls.streams import end_streams
+
+            end_streams(self)
         code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Final
 from spearpy import abi
 from spearpy._native import I32, I64, HostFn, define_hostcall
 from spearpy.hostcalls import chat, fd, system, wasi_poll
+from spearpy.hostcalls.streams import STREAM_HOSTCALLS
 from spearpy.hostcalls.unsupported import UNSUPPORTED
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def _enosys(_run: GuestRun, *_args: int) -> int:
 
 for _name, _nparams in UNSUPPORTED.items():
     HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _enosys)
+for _name, (_nparams, _fn) in STREAM_HOSTCALLS.items():
+    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _fn)
 
 
 def define_spear_imports(linker: wasmtime.Linker) -> None:

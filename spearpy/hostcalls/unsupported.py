@@ -1,5 +1,6 @@
 """Hostcalls SPEAR has and spearpy does not: linked so such modules instantiate,
-answering -38 ENOSYS. Signatures follow SPEAR's spear.h."""
+answering -38 ENOSYS. Signatures follow SPEAR's spear.h. (User streams are
+spearpy.hostcalls.streams.)"""
 
 from __future__ import annotations
 
@@ -16,10 +17,4 @@ UNSUPPORTED: Final[dict[str, int]] = {
     "mic_ctl": 4,
     "mic_read": 3,
     "mic_close": 1,
-    "user_stream_open": 2,
-    "user_stream_read": 3,
-    "user_stream_write": 3,
-    "user_stream_close": 1,
-    "user_stream_ctl_open": 0,
-    "user_stream_ctl_read": 3,
 }

@@ -35,9 +35,24 @@ SEND_END = "send_end"
 SESSION_CLOSE = "session_close"
 RUN_START = "run_start"
 RUN_END = "run_end"
+# User streams (spearpy.streams), emitted on the guest's thread. stream_open /
+# stream_close: a guest stream fd (fd, stream_id, direction; close adds
+# frames/bytes read and written, eagain_writes, reason guest|run_end).
+STREAM_OPEN = "stream_open"
+STREAM_CLOSE = "stream_close"
+# A client session (action open|close, session, client ws|stdio|api; close
+# adds reason, error, streams, frames_in/bytes_in from the client,
+# frames_out/bytes_out from the guest, paused: frames the client was held back on).
+STREAM_SESSION = "stream_session"
+# The first -EAGAIN of a guest write episode (at most one a second per fd).
+STREAM_BACKPRESSURE = "stream_backpressure"
+# Frames dropped (reason client_gone: written but never taken; malformed: a
+# client frame that closed its session).
+STREAM_DROP = "stream_drop"
 
 KINDS = (RUN_START, SEND_START, COMPLETION_START, TOKEN, COMPLETION_END, TOOL_START, TOOL_END,
-         LIMIT_HIT, SOURCE_UNAVAILABLE, SEND_END, SESSION_CLOSE, RUN_END)
+         LIMIT_HIT, SOURCE_UNAVAILABLE, SEND_END, SESSION_CLOSE, RUN_END, STREAM_OPEN,
+         STREAM_CLOSE, STREAM_SESSION, STREAM_BACKPRESSURE, STREAM_DROP)
 
 
 @dataclass(frozen=True, slots=True)

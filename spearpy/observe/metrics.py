@@ -37,6 +37,7 @@ TOOL_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30
 # name shares this one, or a model inventing names would create a series
 # each, for as long as the process lives.
 UNKNOWN_TOOL_LABEL = "(unknown)"
+_STREAM_KINDS = frozenset({ev.STREAM_OPEN, ev.STREAM_CLOSE, ev.STREAM_SESSION, ev.STREAM_DROP})
 
 
 class Metrics:
@@ -89,6 +90,28 @@ class Metrics:
                               "backend that answered ('(none)': none did) and outcome (ok, "
                               "fallback, error, unavailable)", ["route", "backend", "outcome"],
                               registry=r)
+        # User streams (labels are fixed words: bounded).
+        self.stream_opens = Counter("spearpy_stream_opens",
+                                    "Guest user-stream fds opened, by direction",
+                                    ["direction"], registry=r)
+        self.stream_sessions = Counter("spearpy_stream_sessions",
+                                       "Client stream sessions ended, by client (ws, stdio, "
+                                       "api) and how (closed, error, run_ended)",
+                                       ["client", "end"], registry=r)
+        self.stream_frames = Counter("spearpy_stream_frames",
+                                     "SSF frames through ended sessions, by direction (in: "
+                                     "client to guest, out: guest to client)", ["direction"],
+                                     registry=r)
+        self.stream_bytes = Counter("spearpy_stream_bytes",
+                                    "SSF frame bytes through ended sessions, by direction",
+                                    ["direction"], registry=r)
+        self.stream_drops = Counter("spearpy_stream_dropped_frames",
+                                    "Frames dropped, by reason (client_gone, malformed)",
+                                    ["reason"], registry=r)
+        self.stream_backpressure = Counter(
+            "spearpy_stream_backpressure",
+            "Times a side was held back by a full queue: guest (-EAGAIN writes, counted when "
+            "its fd closes) and client (frames its reader waited on)", ["side"], registry=r)
         self._server_lock = threading.Lock()
 
     def __call__(self, event: ev.Event) -> None:
@@ -128,6 +151,24 @@ class Metrics:
             self.limit_hits.labels(str(data.get("limit"))).inc()
         elif kind == ev.RUN_END:
             self.runs.labels(str(data.get("outcome"))).inc()
+        elif kind in _STREAM_KINDS:
+            self._stream_event(kind, data)
+
+    def _stream_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == ev.STREAM_OPEN:
+            self.stream_opens.labels(str(data.get("direction"))).inc()
+        elif kind == ev.STREAM_CLOSE:
+            self.stream_backpressure.labels("guest").inc(int(data.get("eagain_writes") or 0))
+        elif kind == ev.STREAM_SESSION and data.get("action") == "close":
+            end = "run_ended" if data.get("reason") == "run_ended" else (
+                "error" if data.get("error") else "closed")
+            self.stream_sessions.labels(str(data.get("client")), end).inc()
+            for direction in ("in", "out"):
+                self.stream_frames.labels(direction).inc(int(data.get(f"frames_{direction}") or 0))
+                self.stream_bytes.labels(direction).inc(int(data.get(f"bytes_{direction}") or 0))
+            self.stream_backpressure.labels("client").inc(int(data.get("paused") or 0))
+        elif kind == ev.STREAM_DROP:
+            self.stream_drops.labels(str(data.get("reason"))).inc(int(data.get("frames") or 0))
 
     def write_textfile(self, path: str | os.PathLike[str]) -> None:
         """Write the node_exporter textfile-collector format, atomically."""

@@ -1,0 +1,255 @@
+"""A run's user streams: the channels (one per stream id) between the guest
+and one client session at a time, and the guest's control-event queues.
+
+The guest's thread reaches the hub through its fds (spearpy.fds.stream); a
+client (a WebSocket, the stdio bridge, an embedder) through a `Session`
+(spearpy.streams.session). The hub's lock guards only its bookkeeping
+(channels, session, control queues, notes); queues have their own, and no
+one wakes anyone while holding the hub's lock, so the guest's waits (which
+look at readiness under the waker's lock) can never deadlock with a client.
+
+Sessions come one after the other: a session's channels close with it
+(their fds report EPOLLHUP), and the next session starts fresh ones. What
+happens on the client side is noted here and turned into events on the
+guest's thread, the only one that emits a run's events.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from spearpy.observe.events import STREAM_SESSION
+from spearpy.streams.channel import Channel, CtlQueue, State
+from spearpy.streams.limits import CTL_SESSION_CLOSED, CTL_STREAM_CONNECTED, StreamLimits
+from spearpy.streams.queue import Signal
+
+if TYPE_CHECKING:
+    from spearpy.fds.waker import Waker
+    from spearpy.streams.session import Session
+
+Emit = Callable[..., None]
+MAX_NOTES = 256  # client-side happenings waiting for the guest's thread to report them
+
+
+class StreamsUnavailable(RuntimeError):
+    """No client session can attach now: one is attached, or the run ended."""
+
+
+class StreamHub:
+    """Create one per run, before it starts if a client must be able to attach
+    at once; pass it as `Host.run(..., streams=hub)`; clients `connect()`.
+
+    `max_sessions`: how many client sessions may attach over the run's life,
+    one at a time (None: any number); the stdio bridge allows one, so a guest
+    waiting on streams after it ended is not left waiting for nobody."""
+
+    def __init__(self, limits: StreamLimits | None = None, *,
+                 max_sessions: int | None = None) -> None:
+        self.limits = limits or StreamLimits()
+        self.signal = Signal()  # what client-side waits block on
+        self._lock = threading.Lock()
+        self._waker: Waker | None = None
+        self._bound = False
+        self.ended = False  # the run is over
+        self._channels: dict[int, Channel] = {}
+        self._session: Session | None = None
+        self._sessions = 0
+        self._max_sessions = max_sessions
+        self._ctl: list[CtlQueue] = []
+        self._notes: deque[tuple[str, dict[str, Any]]] = deque()
+        self.notes_dropped = 0
+        self._idle_polls = 0
+        self._probing = 0
+
+    # ---- wake-ups --------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Wake both sides after a change (never call with the hub's lock held)."""
+        waker = self._waker
+        if waker is not None:
+            waker.wake()
+        self.signal.notify()
+
+    # ---- the run's side (guest thread) -------------------------------------------
+
+    def bind(self, waker: Waker) -> None:
+        with self._lock:
+            if self._bound:
+                raise RuntimeError("a StreamHub serves one run; this one already has")
+            self._bound = True
+            self._waker = waker
+
+    def unbind(self) -> Session | None:
+        """The run ended: clients drain what the guest wrote, then see the end.
+        Returns the session still attached, if any."""
+        with self._lock:
+            self.ended = True
+            self._waker = None
+            session = self._session
+        self.changed()
+        return session
+
+    def channel(self, stream_id: int) -> Channel | None:
+        """The current session's channel for `stream_id`, opened (INIT) if the
+        client has not used it yet; None when the session is at max_streams."""
+        with self._lock:
+            channel = self._channels.get(stream_id)
+            if channel is None:
+                if len(self._channels) >= self.limits.max_streams:
+                    return None
+                channel = Channel(stream_id, self.limits, self.changed, State.INIT)
+                self._channels[stream_id] = channel
+            return channel
+
+    def open_ctl(self) -> CtlQueue:
+        """A control queue holding what already happened in the current session
+        (its streams), or that the last session ended: a guest that opens its
+        control fd late still learns of them."""
+        queue = CtlQueue(self.limits.max_ctl_events)
+        with self._lock:
+            if self._session is not None:
+                for channel in self._channels.values():
+                    if channel.state is State.CONNECTED:
+                        queue.push(channel.stream_id, CTL_STREAM_CONNECTED)
+            elif self._sessions:
+                queue.push(0, CTL_SESSION_CLOSED)
+            self._ctl.append(queue)
+        return queue
+
+    def close_ctl(self, queue: CtlQueue) -> None:
+        with self._lock:
+            if queue in self._ctl:
+                self._ctl.remove(queue)
+
+    def can_change(self) -> bool:
+        """Whether a stream or control fd may still become ready while the guest
+        waits: a session is attached or one may still come."""
+        if self.ended:
+            return False
+        return self._session is not None or (
+            self._max_sessions is None or self._sessions < self._max_sessions)
+
+    def idle_poll(self) -> None:
+        """The guest looked at a readable stream or control fd and found
+        nothing: it is waiting for its client (see `wait_guest_idle`)."""
+        self._idle_polls += 1
+        if self._probing:
+            self.signal.notify()
+
+    @property
+    def has_notes(self) -> bool:
+        return bool(self._notes)
+
+    def take_notes(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            notes = list(self._notes)
+            self._notes.clear()
+        return notes
+
+    # ---- the client's side (any thread) ------------------------------------------
+
+    def connect(self, client: str = "api") -> Session:
+        """Attach a client session; StreamsUnavailable when one is attached,
+        the run ended, or max_sessions were used."""
+        from spearpy.streams.session import Session
+
+        with self._lock:
+            if self.ended:
+                raise StreamsUnavailable("the run has ended")
+            if self._session is not None:
+                raise StreamsUnavailable("a client session is already attached to this run")
+            if self._max_sessions is not None and self._sessions >= self._max_sessions:
+                raise StreamsUnavailable("this run takes no more client sessions")
+            self._sessions += 1
+            session = self._session = Session(self, self._sessions, client)
+            self.note(STREAM_SESSION, action="open", session=session.id, client=client)
+        self.changed()
+        return session
+
+    def wait_guest_idle(self, timeout: float) -> bool:
+        """Whether the guest, woken now, looks at its streams and finds nothing
+        to read within `timeout` seconds: it is waiting for input, not working
+        on the last one (the stdio bridge's test before it ends a session)."""
+        before = self._idle_polls
+        with self._lock:
+            self._probing += 1
+        try:
+            waker = self._waker
+            if waker is not None:
+                waker.wake()  # a guest blocked in epoll_wait re-checks readiness now
+            return self.signal.wait(lambda: self._idle_polls > before or self.ended, timeout)
+        finally:
+            with self._lock:
+                self._probing -= 1
+
+    def inbound_pending(self) -> int:
+        """Frames the client sent that the guest has not read yet."""
+        with self._lock:
+            channels = list(self._channels.values())
+        return sum(len(c.inbound) for c in channels)
+
+    # ---- used by Session ---------------------------------------------------------
+
+    def note(self, kind: str, **data: Any) -> None:
+        """Record something for the guest's thread to emit (hold the lock)."""
+        if len(self._notes) >= MAX_NOTES:
+            self.notes_dropped += 1
+            return
+        self._notes.append((kind, data))
+
+    def route(self, session: Session, stream_id: int) -> tuple[Channel | None, bool]:
+        """The channel an inbound frame on `stream_id` goes to, and whether this
+        frame connects it (a STREAM_CONNECTED event was queued); (None, False)
+        when the session is over or at its stream limit."""
+        with self._lock:
+            if self._session is not session:
+                return None, False
+            channel = self._channels.get(stream_id)
+            if channel is None:
+                if len(self._channels) >= self.limits.max_streams:
+                    return None, False
+                channel = Channel(stream_id, self.limits, self.changed, State.CONNECTED)
+                self._channels[stream_id] = channel
+            elif channel.state is State.INIT:
+                channel.state = State.CONNECTED
+            else:
+                return channel, False
+            for queue in self._ctl:
+                queue.push(stream_id, CTL_STREAM_CONNECTED)
+            return channel, True
+
+    def channels_of(self, session: Session) -> list[Channel]:
+        with self._lock:
+            return list(self._channels.values()) if self._session is session else []
+
+    def detach(self, session: Session, error: bool) -> list[Channel]:
+        """End `session`: its channels close and the guest gets SESSION_CLOSED.
+        Returns the channels it had (empty if it was not attached)."""
+        with self._lock:
+            if self._session is not session:
+                return []
+            self._session = None
+            channels = list(self._channels.values())
+            self._channels = {}
+            for channel in channels:
+                channel.state = State.CLOSED
+                channel.error = error
+            for queue in self._ctl:
+                queue.push(0, CTL_SESSION_CLOSED)
+        self.changed()
+        return channels
+
+    def close_channel(self, session: Session, stream_id: int) -> None:
+        with self._lock:
+            channel = self._channels.get(stream_id) if self._session is session else None
+            if channel is None or channel.state is State.CLOSED:
+                return
+            channel.state = State.CLOSED
+        self.changed()
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock
