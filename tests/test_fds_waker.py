@@ -81,7 +81,7 @@ def test_cancel_and_deadline_end_a_blocked_wait(probe: Any, how: str) -> None:
     p = probe()
     _, ep = _epoll_on(p, FedFd(p.run.interrupts.waker))
     if how == "cancel":
-        threading.Timer(0.2, p.run.cancel, args=("cancelled", "stop")).start()
+        threading.Timer(0.2, p.run.interrupts.cancel, args=("cancelled", "stop")).start()
     else:
         p.run.interrupts.deadline = time.monotonic() + 0.2
     with pytest.raises(_native.HostInterrupt) as ended:
