@@ -28,6 +28,7 @@ from spearpy.chat.protocol import (
 from spearpy.driver import upstream
 from spearpy.fds import ChatResponse, ChatSessionFd
 from spearpy.observe import events as ev
+from spearpy.observe import fields
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
@@ -52,15 +53,15 @@ def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -
         elif isinstance(note, ToolSkipped):
             # A call answered without running the guest still gets its pair of
             # events, so tool_start/tool_end always match 1:1.
-            run.events.emit(ev.TOOL_START, fd, tool_call_id=note.call.id, name=note.call.name,
-                            args_bytes=len(note.call.arguments.encode()), cached=note.code ==
-                            "cache_hit", iteration=iteration, executed=False,
-                            content={"arguments": note.call.arguments})
-            run.events.emit(ev.TOOL_END, fd, tool_call_id=note.call.id, name=note.call.name,
-                            rc=None, duration_ms=0.0, output_bytes=0,
-                            error=None if note.code == "cache_hit" else note.code,
-                            cached=note.code == "cache_hit", iteration=iteration,
-                            executed=False, registered=_registered(run, fd, note.call.name))
+            call, cached = note.call, note.code == "cache_hit"
+            run.events.emit(ev.TOOL_START, fd, content={"arguments": call.arguments},
+                            **fields.tool_start(call.id, call.name, call.arguments,
+                                                iteration=iteration, executed=False,
+                                                cached=cached))
+            run.events.emit(ev.TOOL_END, fd, **fields.tool_end(
+                call.id, call.name, iteration=iteration, executed=False, cached=cached,
+                error=None if cached else note.code,
+                registered=_registered(run, fd, call.name)))
 
 
 def _registered(run: GuestRun, fd: int, name: str) -> bool:
@@ -153,24 +154,25 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             call = action.call
             source = action.tool.source
             observed = run.events.active  # building event fields costs ~10 us a call
+            kind = source.kind if source is not None else None
             if observed:
-                run.events.emit(ev.TOOL_START, fd, tool_call_id=call.id, name=call.name,
-                                args_bytes=len(action.arguments.encode()), cached=False,
-                                iteration=loop.stats.iterations, executed=True,
-                                source=source.kind if source else None,
-                                server=action.tool.origin,
-                                content={"arguments": action.arguments})
+                run.events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
+                                **fields.tool_start(call.id, call.name, action.arguments,
+                                                    iteration=loop.stats.iterations,
+                                                    executed=True, source=kind,
+                                                    server=action.tool.origin))
             outcome = (source.call(action.tool.ref, action.arguments, budget)
                        if source is not None else _no_source(call.name))
             if observed:
-                run.events.emit(ev.TOOL_END, fd, tool_call_id=call.id, name=call.name,
-                                rc=outcome.rc, duration_ms=round(outcome.duration_ms, 3),
-                                output_bytes=len(outcome.output.encode()),
-                                error=outcome.error_code, cached=False,
-                                iteration=loop.stats.iterations, executed=True,
-                                source=source.kind if source else None,
-                                server=action.tool.origin,
-                                content={"output": outcome.output})
+                run.events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
+                                **fields.tool_end(call.id, call.name,
+                                                  iteration=loop.stats.iterations,
+                                                  executed=True, registered=True,
+                                                  rc=outcome.rc,
+                                                  duration_ms=outcome.duration_ms,
+                                                  output=outcome.output,
+                                                  error=outcome.error_code, source=kind,
+                                                  server=action.tool.origin))
             loop.on_tool_result(call.id, outcome)
     stats = loop.stats
     run.add_usage(stats.usage.as_dict())

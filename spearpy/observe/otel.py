@@ -16,9 +16,10 @@ and spearpy's transcripts are the place for it.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 from spearpy.observe import events as ev
+from spearpy.observe.fields import ToolEnd, ToolStart
 
 # opentelemetry is optional, so its types cannot appear in annotations that
 # mypy checks on a machine without the extra.
@@ -108,17 +109,18 @@ class OtelSink:
                     span.set_attribute("http.response.status_code", int(d["status"]))
             self._end(span, event.ts, d.get("error"))
         elif kind == ev.TOOL_START:
-            call_id = str(d.get("tool_call_id"))
+            start = cast(ToolStart, d)
+            call_id = start["tool_call_id"]
             self._tools[(run, call_id)] = self._start(
-                f"execute_tool {d.get('name')}", self._send_span(key), event.ts, attributes={
-                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": str(d.get("name")),
+                f"execute_tool {start['name']}", self._send_span(key), event.ts, attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": start["name"],
                     "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function"})
         elif kind == ev.TOOL_END:
-            span = self._tools.pop((run, str(d.get("tool_call_id"))), None)
-            if span is not None and d.get("rc") is not None:
-                span.set_attribute("spearpy.tool.rc", int(d["rc"]))
-            error = None if d.get("cached") else d.get("error")
-            self._end(span, event.ts, error)
+            end = cast(ToolEnd, d)
+            span = self._tools.pop((run, end["tool_call_id"]), None)
+            if span is not None and end["rc"] is not None:
+                span.set_attribute("spearpy.tool.rc", int(end["rc"]))
+            self._end(span, event.ts, None if end["cached"] else end["error"])
         elif kind == ev.LIMIT_HIT:
             send = self._send_span(key)
             if send is not None:
