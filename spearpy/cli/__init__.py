@@ -11,18 +11,28 @@ import importlib
 
 import click
 
-# command name -> (module, attribute); listed here so nothing is imported early.
+# command name -> (module, attribute, the one line `spearpy --help` shows).
+# The line is kept here so that listing the commands imports none of them
+# (nor wasmtime, httpx or pydantic-settings through them).
 _COMMANDS = {
-    "run": ("spearpy.cli.run", "run"),
-    "inspect": ("spearpy.cli.inspect_cmd", "inspect"),
-    "demo": ("spearpy.cli.demo", "demo"),
-    "batch": ("spearpy.cli.batch", "batch"),
-    "serve": ("spearpy.serve.cli", "serve"),
-    "build": ("spearpy.cli.build", "build"),
-    "new": ("spearpy.cli.new", "new"),
-    "show": ("spearpy.cli.show", "show"),
-    "mcp": ("spearpy.mcp.cli", "mcp"),
-    "routes": ("spearpy.backends.routing_cli", "routes"),
+    "batch": ("spearpy.cli.batch", "batch",
+              "Run MODULE once per input line, writing one result line per input."),
+    "build": ("spearpy.cli.build", "build",
+              "Build the guest at PATH (default: here) to a wasm32 module."),
+    "demo": ("spearpy.cli.demo", "demo",
+             "Run a tool-calling sample guest against the built-in scripted model."),
+    "inspect": ("spearpy.cli.inspect_cmd", "inspect",
+                "Show MODULE's imports and exports and whether spearpy can run it."),
+    "mcp": ("spearpy.mcp.cli", "mcp",
+            "MCP tool servers: list the registry, call a tool, serve a guest's tools."),
+    "new": ("spearpy.cli.new", "new",
+            "Create NAME/, a guest with one tool that builds and runs as it is."),
+    "routes": ("spearpy.backends.routing_cli", "routes",
+               "Model aliases and routes across backends."),
+    "run": ("spearpy.cli.run", "run", "Run MODULE; arguments after `--` go to the guest."),
+    "serve": ("spearpy.serve.cli", "serve",
+              "Run agents from MODULES as a service: HTTP API, live events, a web page."),
+    "show": ("spearpy.cli.show", "show", "Show a finished run's conversation."),
 }
 
 
@@ -32,10 +42,15 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _COMMANDS:
-            module, attr = _COMMANDS[cmd_name]
+            module, attr, _ = _COMMANDS[cmd_name]
             command = getattr(importlib.import_module(module), attr)
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _COMMANDS[name][2]) for name in sorted(_COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=_LazyGroup)

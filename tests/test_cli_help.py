@@ -1,0 +1,36 @@
+"""`spearpy --help` lists every command without importing any of them: no
+wasmtime, httpx, pydantic-settings or structlog at start-up for help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+
+from spearpy.cli import _COMMANDS, main
+
+_PROBE = """
+import sys
+from spearpy.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+print("LOADED", sorted(m for m in ("wasmtime", "httpx", "pydantic_settings", "structlog",
+                                   "rich", "starlette") if m in sys.modules))
+"""
+
+
+def test_help_imports_nothing_heavy() -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert "LOADED []" in done.stdout
+    for name in _COMMANDS:
+        assert f"  {name} " in done.stdout
+
+
+def test_every_listed_command_resolves() -> None:
+    ctx = click.Context(main)
+    for name in _COMMANDS:
+        assert isinstance(main.get_command(ctx, name), click.Command), name
