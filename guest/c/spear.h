@@ -122,7 +122,7 @@ SPEAR_IMPORT("spear_epoll_wait")
 int32_t sp_epoll_wait(int32_t epfd, int32_t out_ptr, int32_t out_len_ptr, int32_t timeout_ms);
 SPEAR_IMPORT("spear_epoll_close") int32_t sp_epoll_close(int32_t epfd);
 
-/* Audio and user streams: spearpy links them and answers SP_ENOSYS. */
+/* Audio (spearpy links it and answers SP_ENOSYS) and user streams (below). */
 SPEAR_IMPORT("rtasr_create") int32_t sp_rtasr_create(void);
 SPEAR_IMPORT("rtasr_ctl") int32_t sp_rtasr_ctl(int32_t fd, int32_t cmd, int32_t arg_ptr, int32_t arg_len_ptr);
 SPEAR_IMPORT("rtasr_write") int32_t sp_rtasr_write(int32_t fd, int32_t ptr, int32_t len);
@@ -464,6 +464,139 @@ static inline int32_t sp_tool_dispatch(sp_tool_handler handler, sp_tool_state *s
         return sp_tool_dispatch(handler, &name##__sp_state, args_ptr, args_len, out_ptr,  \
                                 out_len_ptr);                                             \
     }
+
+/* ---- user streams (SPEAR's user_stream_* and SSF v1 frames) --------------
+ * A client (a WebSocket on `spearpy serve`, `spearpy run --stream-stdio`, an
+ * embedder) sends SSF frames on numbered streams. The guest learns of each
+ * stream on a control fd (8-byte events: u32 stream_id, u32 kind), opens it,
+ * and reads and writes whole frames; all of them are pollable with
+ * sp_epoll_*. -EAGAIN is backpressure: wait for EPOLLIN / EPOLLOUT. */
+SPEAR_IMPORT("user_stream_ctl_open") int32_t sp_user_stream_ctl_open(void);
+SPEAR_IMPORT("user_stream_ctl_read")
+int32_t sp_user_stream_ctl_read(int32_t fd, int32_t out_ptr, int32_t out_len_ptr);
+
+#define SP_EPIPE (-32)       /* the client session ended */
+#define SP_ECONNRESET (-104)
+#define SP_ENOTCONN (-107)   /* no client yet (write), or none can reach this run (open) */
+#define SP_STREAM_IN 1       /* user_stream_open directions */
+#define SP_STREAM_OUT 2
+#define SP_STREAM_BIDI 3
+#define SP_STREAM_CONNECTED 1 /* control event kinds */
+#define SP_SESSION_CLOSED 2
+
+/* SPEAR's spellings, so code written against its header compiles unchanged. */
+enum { SPEAR_EPERM = 1, SPEAR_ENOENT = 2, SPEAR_EPIPE = 32, SPEAR_ECONNRESET = 104,
+       SPEAR_ENOTCONN = 107 };
+enum { SPEAR_USER_STREAM_DIR_INBOUND = 1, SPEAR_USER_STREAM_DIR_OUTBOUND = 2,
+       SPEAR_USER_STREAM_DIR_BIDIRECTIONAL = 3 };
+enum { SPEAR_USER_STREAM_CTL_EVENT_STREAM_CONNECTED = 1,
+       SPEAR_USER_STREAM_CTL_EVENT_SESSION_CLOSED = 2 };
+enum { SPEAR_EPOLL_CTL_ADD = 1, SPEAR_EPOLL_CTL_MOD = 2, SPEAR_EPOLL_CTL_DEL = 3 };
+#define SPEAR_EP_CTL_ADD SPEAR_EPOLL_CTL_ADD
+#define SPEAR_EP_CTL_MOD SPEAR_EPOLL_CTL_MOD
+#define SPEAR_EP_CTL_DEL SPEAR_EPOLL_CTL_DEL
+enum { SPEAR_EPOLLIN = 0x001, SPEAR_EPOLLOUT = 0x004, SPEAR_EPOLLERR = 0x008,
+       SPEAR_EPOLLHUP = 0x010 };
+static inline int32_t sp_ep_create(void) { return sp_epoll_create(); }
+static inline int32_t sp_ep_ctl(int32_t epfd, int32_t op, int32_t fd, int32_t events) {
+    return sp_epoll_ctl(epfd, op, fd, events);
+}
+static inline int32_t sp_ep_wait(int32_t epfd, int32_t out_ptr, int32_t out_len_ptr, int32_t timeout_ms) {
+    return sp_epoll_wait(epfd, out_ptr, out_len_ptr, timeout_ms);
+}
+static inline int32_t sp_ep_close(int32_t epfd) { return sp_epoll_close(epfd); }
+
+typedef struct { uint32_t stream_id; uint32_t kind; } sp_user_stream_ctl_event_t;
+/* One control event: 8 (its size), SP_EAGAIN when none is queued, or an errno. */
+static inline int32_t sp_user_stream_ctl_read_event(int32_t fd, sp_user_stream_ctl_event_t *out) {
+    uint32_t len = (uint32_t)sizeof *out;
+    return sp_user_stream_ctl_read(fd, SP_PTR(out), SP_PTR(&len));
+}
+
+/* SSF v1: a 32-byte little-endian header (magic "SPST", version 1,
+ * header_len, msg_type, flags, stream_id, seq, meta_len, data_len), then
+ * meta (JSON, may be empty) and data. wasm32 is little-endian: memcpy. */
+#define SP_SSF_HEADER_LEN 32
+enum { SP_SSF_OPEN = 1, SP_SSF_DATA = 2, SP_SSF_COMMIT = 3, SP_SSF_CLOSE = 4, SP_SSF_ACK = 5,
+       SP_SSF_ERROR = 6, SP_SSF_PING = 7, SP_SSF_PONG = 8 };
+typedef struct sp_ssf_frame {
+    uint16_t msg_type, flags;
+    uint32_t stream_id;
+    uint64_t seq;
+    const uint8_t *meta, *data; /* point into the parsed buffer */
+    uint32_t meta_len, data_len;
+} sp_ssf_frame;
+
+/* Splits a frame: 0, or SP_EINVAL if `buf` is not one whole SSF v1 frame. */
+static inline int32_t sp_ssf_parse(const void *buf, size_t len, sp_ssf_frame *out) {
+    const uint8_t *p = (const uint8_t *)buf;
+    uint16_t version, header_len;
+    if (len < SP_SSF_HEADER_LEN || memcmp(p, "SPST", 4) != 0) return SP_EINVAL;
+    memcpy(&version, p + 4, 2);
+    memcpy(&header_len, p + 6, 2);
+    if (version != 1 || header_len < SP_SSF_HEADER_LEN || header_len > len) return SP_EINVAL;
+    memcpy(&out->msg_type, p + 8, 2);
+    memcpy(&out->flags, p + 10, 2);
+    memcpy(&out->stream_id, p + 12, 4);
+    memcpy(&out->seq, p + 16, 8);
+    memcpy(&out->meta_len, p + 24, 4);
+    memcpy(&out->data_len, p + 28, 4);
+    if ((uint64_t)out->meta_len + out->data_len != len - header_len) return SP_EINVAL;
+    out->meta = p + header_len;
+    out->data = out->meta + out->meta_len;
+    return 0;
+}
+
+/* Builds one frame in `out` (replacing its contents): 0 or SP_ENOMEM. */
+static inline int32_t sp_ssf_build(sp_buf *out, uint32_t stream_id, uint64_t seq, uint16_t msg_type,
+                                   const void *meta, uint32_t meta_len, const void *data,
+                                   uint32_t data_len) {
+    uint8_t h[SP_SSF_HEADER_LEN];
+    uint16_t version = 1, header_len = SP_SSF_HEADER_LEN, flags = 0;
+    memcpy(h, "SPST", 4);
+    memcpy(h + 4, &version, 2);
+    memcpy(h + 6, &header_len, 2);
+    memcpy(h + 8, &msg_type, 2);
+    memcpy(h + 10, &flags, 2);
+    memcpy(h + 12, &stream_id, 4);
+    memcpy(h + 16, &seq, 8);
+    memcpy(h + 24, &meta_len, 4);
+    memcpy(h + 28, &data_len, 4);
+    sp_buf_clear(out);
+    if (sp_buf_append(out, h, sizeof h)) return SP_ENOMEM;
+    if (meta_len && sp_buf_append(out, meta, meta_len)) return SP_ENOMEM;
+    if (data_len && sp_buf_append(out, data, data_len)) return SP_ENOMEM;
+    return 0;
+}
+
+/* Reads one whole frame into `out` (replacing its contents), growing it on
+ * SP_ENOSPC: the byte count, SP_EAGAIN when none is queued, SP_EPIPE when
+ * the stream is closed and drained, or another negative errno. */
+static inline int32_t sp_stream_read(int32_t fd, sp_buf *out) {
+    if (out->cap < 2 && sp_buf_reserve(out, 4096)) return SP_ENOMEM;
+    sp_buf_clear(out);
+    for (int attempt = 0; attempt < 8; attempt++) {
+        uint32_t cap = (uint32_t)(out->cap - 1), len = cap;
+        int32_t rc = sp_user_stream_read(fd, SP_PTR(out->data), SP_PTR(&len));
+        if (rc >= 0) {
+            if (len > cap) return SP_EIO;
+            out->len = len;
+            out->data[len] = 0;
+            return rc;
+        }
+        if (rc != SP_ENOSPC) return rc;
+        if (len <= cap) return SP_EIO;
+        if (sp_buf_reserve(out, len)) return SP_ENOMEM;
+    }
+    return SP_EIO;
+}
+/* SPEAR's helper: one frame in a malloc'd buffer (free it), NULL on any error. */
+static inline uint8_t *sp_user_stream_read_alloc(int32_t fd, uint32_t *out_len) {
+    sp_buf b = SP_BUF_INIT;
+    if (sp_stream_read(fd, &b) < 0) { sp_buf_free(&b); return NULL; }
+    *out_len = (uint32_t)b.len;
+    return (uint8_t *)b.data;
+}
 
 /* ---- allocator exports (the host's fallback when no arena is set) ------- */
 #ifdef SPEAR_IMPLEMENTATION

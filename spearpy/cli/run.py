@@ -22,6 +22,7 @@ from spearpy.secret_env import SecretEnvError, passed_through
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestLogSink
+    from spearpy.streams.stdio import StdioBridge
 
 
 @contextlib.contextmanager
@@ -61,6 +62,15 @@ def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
     return log_guest_line
 
 
+def _stdio_bridge(stream_id: int) -> StdioBridge:
+    from spearpy.streams import StreamHub
+    from spearpy.streams.stdio import StdioBridge
+
+    # One session: once stdin is done, no client can come back to the guest.
+    return StdioBridge(StreamHub(max_sessions=1), stream_id, sys.stdin.buffer,
+                       sys.stdout.buffer).start()
+
+
 @click.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 @click.argument("guest_args", nargs=-1, type=click.UNPROCESSED)
@@ -68,12 +78,22 @@ def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
 @click.option("--stdin", "stdin_file", type=click.File("rb"),
               help="what the guest reads on fd 0: FILE, or - for this process's stdin, read "
                    "whole before the run [default: nothing]")
+@click.option("--stream-stdio", is_flag=True,
+              help="bridge one bidirectional user stream to this terminal: each stdin line is "
+                   "one frame to the guest, the data of the guest's frames goes to stdout; at "
+                   "end of input the session closes once the guest has answered")
+@click.option("--stream-id", type=click.IntRange(0, 0xFFFFFFFF),
+              help="the stream id --stream-stdio uses [1]")
 @host_options
 @observe_options
 def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], env_inherit: bool,
         dir_specs: tuple[str, ...], invoke: str | None, stdin_file: BinaryIO | None,
-        **options: Any) -> None:
+        stream_stdio: bool, stream_id: int | None, **options: Any) -> None:
     """Run MODULE; arguments after `--` go to the guest."""
+    if stream_id is not None and not stream_stdio:
+        raise click.UsageError("--stream-id goes with --stream-stdio")
+    if stream_stdio and stdin_file is not None and stdin_file.name == "<stdin>":
+        raise click.UsageError("--stdin - and --stream-stdio would both read this stdin")
     env = parse_env(env_pairs)
     dirs = parse_dirs(dir_specs)
     # Opt-in, never inherited: a caller whose stdin is a pipe nobody closes
@@ -87,6 +107,7 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
         host.close()
         raise click.BadParameter(str(exc), param_hint="--env") from None
     cancel = threading.Event()
+    bridge = _stdio_bridge(stream_id if stream_id is not None else 1) if stream_stdio else None
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs, \
                 _cancel_on_signals(cancel):
@@ -94,7 +115,10 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
             result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
                               capture_output=False, on_event=obs.sink, cancel=cancel,
-                              on_guest_log=_guest_log_sink(observe))
+                              on_guest_log=_guest_log_sink(observe),
+                              streams=bridge.hub if bridge is not None else None)
+        if bridge is not None:
+            bridge.join(5.0)  # what the guest wrote last reaches stdout
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)

@@ -111,6 +111,7 @@ def user_stream_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> 
     except GuestFault:
         return abi.EFAULT
     if rc >= 0:
+        entry.hub.activity += 1  # before the take, whose change notification shows it
         inbound.take()  # the guest's thread is the queue's only consumer: still its head
         entry.frames_read += 1
         entry.bytes_read += rc
@@ -141,6 +142,7 @@ def user_stream_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
         return abi.EINVAL
     if header.stream_id != entry.stream_id:
         return abi.EINVAL
+    hub.activity += 1  # before the offer, whose change notification shows it
     if not channel.outbound.offer(frame):
         return _backpressure(run, fd, entry, length)  # the client side closed meanwhile
     entry.want = 0

@@ -63,6 +63,7 @@ class StreamHub:
         self.notes_dropped = 0
         self._idle_polls = 0
         self._probing = 0
+        self.activity = 0  # frames the guest read or wrote (the stdio bridge watches it)
 
     # ---- wake-ups --------------------------------------------------------------
 
@@ -169,7 +170,7 @@ class StreamHub:
         self.changed()
         return session
 
-    def wait_guest_idle(self, timeout: float) -> bool:
+    def wait_guest_idle(self, timeout: float | None) -> bool:
         """Whether the guest, woken now, looks at its streams and finds nothing
         to read within `timeout` seconds: it is waiting for input, not working
         on the last one (the stdio bridge's test before it ends a session)."""
