@@ -67,7 +67,7 @@ class StreamProbe(LiveInstance):
         return self.hc("user_stream_write", fd, C, self.put(C, frame))
 
     def ctl_events(self, fd: int) -> list[tuple[int, int]]:
-        events = []
+        events: list[tuple[int, int]] = []
         while True:
             self.u32(A, 8)
             rc = self.hc("user_stream_ctl_read", fd, B, A)

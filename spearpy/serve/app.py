@@ -33,6 +33,7 @@ from spearpy.serve.routes import routes
 from spearpy.serve.runs import HostPool, RunManager
 from spearpy.serve.security import BodyCap, LoopbackHostOnly, TokenAuth
 from spearpy.serve.store import RunStore
+from spearpy.serve.streams import ServeStreams, StreamingRunManager
 
 
 class Service:
@@ -60,6 +61,7 @@ class Service:
             self.hosts.close(0)
             raise
         self._runs: RunManager | None = None
+        self.streams = ServeStreams()  # user streams of the runs (serve/streams.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         Gauge("spearpy_serve_runs_active", "Runs in progress", registry=self.registry
               ).set_function(lambda: self._runs.active if self._runs else 0)
@@ -85,8 +87,9 @@ class Service:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._runs = RunManager(self.config, self.hosts, self.store, self.hub, self.encoder,
-                                self.metrics, self._loop, self.rejected.inc)
+        self._runs = StreamingRunManager(self.streams, self.config, self.hosts, self.store,
+                                         self.hub, self.encoder, self.metrics, self._loop,
+                                         self.rejected.inc)
 
     def request_drain(self) -> None:
         """From any thread (a signal handler, a test): stop taking runs and

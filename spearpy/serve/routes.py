@@ -21,6 +21,7 @@ from spearpy.serve.openapi import OPENAPI
 from spearpy.serve.problems import Problem
 from spearpy.serve.schema import check_limits, check_overrides, parse_request, run_view
 from spearpy.serve.store import EventRow
+from spearpy.serve.streams import stream_routes
 
 if TYPE_CHECKING:
     from spearpy.serve.app import Service
@@ -194,4 +195,5 @@ def routes() -> list[BaseRoute]:
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}", cancel_run, methods=["DELETE"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        *stream_routes(),
     ]

@@ -186,6 +186,11 @@ class StreamHub:
             with self._lock:
                 self._probing -= 1
 
+    @property
+    def session(self) -> Session | None:
+        """The client session attached now, if any."""
+        return self._session
+
     def inbound_pending(self) -> int:
         """Frames the client sent that the guest has not read yet."""
         with self._lock:

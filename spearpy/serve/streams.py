@@ -1,0 +1,166 @@
+"""User streams on `spearpy serve`, as SPEAR serves them (docs/streams.md):
+
+    POST /api/v1/executions/{run_id}/streams/session   -> a token for that run (60 s)
+    GET  /api/v1/executions/{run_id}/streams/ws        WebSocket, subprotocol spear.stream.v1,
+                                                       token as ?token= or Authorization: Bearer
+
+`run_id` is the service's run id (`/v1/runs/{id}`). Unlike SPEAR, both the
+token and the subprotocol are enforced: an upgrade without them is refused
+with a problem body. Every run gets a StreamHub when it starts; the service
+drives it only through `Host.run(streams=...)`, as an embedder would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from spearpy.serve.problems import Problem, problem_response
+from spearpy.serve.runs import LiveRun, RunManager
+from spearpy.serve.streams_auth import StreamTokens, Verdict
+from spearpy.serve.streams_ws import SUBPROTOCOL, serve_session
+from spearpy.streams import StreamHub, StreamLimits, StreamsUnavailable
+
+if TYPE_CHECKING:
+    from spearpy.host import Host, LoadedModule
+    from spearpy.outcome import RunResult
+    from spearpy.serve.app import Service
+    from spearpy.serve.schema import RunRequest
+
+PREFIX = "/api/v1/executions/{run_id}/streams"
+
+
+class ServeStreams:
+    """The hubs of the service's live runs, and the tokens that reach them."""
+
+    def __init__(self, limits: StreamLimits | None = None,
+                 tokens: StreamTokens | None = None) -> None:
+        self.limits = limits or StreamLimits()
+        self.tokens = tokens or StreamTokens()
+        self.hubs: dict[str, StreamHub] = {}  # service run id -> hub, while the run lives
+
+
+class _StreamingHost:
+    """The run's Host with its hub passed to `run`: RunManager calls
+    `host.run(...)` and reads `host.config`, nothing else."""
+
+    def __init__(self, host: Host, hub: StreamHub) -> None:
+        self._host = host
+        self._hub = hub
+        self.config = host.config
+
+    def run(self, *args: Any, **kwargs: Any) -> RunResult:
+        try:
+            return self._host.run(*args, streams=self._hub, **kwargs)
+        finally:
+            self._hub.unbind()  # also when the run never started: clients see the end
+
+
+class StreamingRunManager(RunManager):
+    """RunManager whose runs each get a StreamHub, registered under the
+    service's run id for as long as the run lives."""
+
+    def __init__(self, streams: ServeStreams, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.streams = streams
+
+    async def start(self, request: RunRequest, host: Host, module: LoadedModule,
+                    limits: dict[str, Any]) -> LiveRun:
+        hub = StreamHub(self.streams.limits)
+        live = await super().start(request, cast("Host", _StreamingHost(host, hub)), module,
+                                   limits)
+        self.streams.hubs[live.id] = hub
+
+        def ended(_done: asyncio.Future[None]) -> None:
+            self.streams.hubs.pop(live.id, None)
+            self.streams.tokens.revoke_run(live.id)
+
+        live.done.add_done_callback(ended)
+        return live
+
+
+def _service(scope_owner: Request | WebSocket) -> Service:
+    service: Service = scope_owner.app.state.service
+    return service
+
+
+async def create_session(request: Request) -> Response:
+    service = _service(request)
+    run_id = request.path_params["run_id"]
+    streams: ServeStreams = service.streams
+    if run_id not in streams.hubs:
+        row = await asyncio.to_thread(service.store.get_run, run_id)
+        if row is None:
+            raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+        raise Problem(409, f"run {run_id} has ended: its streams are closed", slug="run-ended")
+    token = streams.tokens.issue(run_id)
+    scheme = request.headers.get("x-forwarded-proto", request.url.scheme)
+    ws_scheme = "wss" if scheme.lower() in ("https", "wss") else "ws"
+    host = request.headers.get("host", f"{request.url.hostname}:{request.url.port}")
+    ws_path = PREFIX.format(run_id=run_id) + "/ws"
+    # Not through service.json: the Redactor would scrub the token this route exists to give.
+    return JSONResponse({"execution_id": run_id, "token": token,
+                         "ws_url": f"{ws_scheme}://{host}{ws_path}?token={token}",
+                         "expires_in_ms": int(streams.tokens.ttl_s * 1000),
+                         "subprotocol": SUBPROTOCOL},
+                        headers={"Cache-Control": "no-store"})
+
+
+async def stream_ws(websocket: WebSocket) -> None:
+    service = _service(websocket)
+    run_id = websocket.path_params["run_id"]
+    streams: ServeStreams = service.streams
+    token = _token(websocket)
+    if token is None:
+        return await _deny(websocket, 401, "this WebSocket needs a stream session token "
+                           f"(POST {PREFIX.format(run_id=run_id)}/session) as ?token= or "
+                           "Authorization: Bearer", "unauthorized")
+    verdict = streams.tokens.check(token, run_id)
+    if verdict is Verdict.INVALID:
+        return await _deny(websocket, 401, "the stream token is unknown or expired",
+                           "unauthorized")
+    if verdict is Verdict.OTHER_RUN:
+        return await _deny(websocket, 403, f"the stream token is not for run {run_id}",
+                           "forbidden")
+    if SUBPROTOCOL not in websocket.scope.get("subprotocols", []):
+        return await _deny(websocket, 400, f"ask for the WebSocket subprotocol {SUBPROTOCOL}",
+                           "bad-subprotocol")
+    hub = streams.hubs.get(run_id)
+    if hub is None:
+        return await _deny(websocket, 409, f"run {run_id} has ended", "run-ended")
+    try:
+        session = hub.connect("ws")
+    except StreamsUnavailable as exc:
+        return await _deny(websocket, 409, str(exc), "stream-busy")
+    try:
+        await websocket.accept(subprotocol=SUBPROTOCOL)
+    except BaseException:
+        session.close("the upgrade failed", error=True)
+        raise
+    await serve_session(websocket, session)
+
+
+def _token(websocket: WebSocket) -> str | None:
+    auth = websocket.headers.get("authorization", "")
+    scheme, _, credentials = auth.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    return websocket.query_params.get("token") or None
+
+
+async def _deny(websocket: WebSocket, status: int, detail: str, slug: str) -> None:
+    response = problem_response(_service(websocket).redactor, status, detail, slug)
+    try:
+        await websocket.send_denial_response(response)
+    except RuntimeError:  # a server without the denial extension: a bare 403
+        await websocket.close(1008, detail[:123])
+
+
+def stream_routes() -> list[BaseRoute]:
+    return [Route(PREFIX + "/session", create_session, methods=["POST"]),
+            WebSocketRoute(PREFIX + "/ws", stream_ws)]
