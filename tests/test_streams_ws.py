@@ -339,3 +339,32 @@ def _rss() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+# ---- spearpy stream URL ----------------------------------------------------------------
+
+
+def _spearpy_stream(*args: str, stdin: bytes) -> Any:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from spearpy.cli import main; main()", "stream", *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60, check=False)
+
+
+def test_spearpy_stream_talks_to_a_served_run(client: httpx.Client,
+                                              server: BackgroundServer) -> None:
+    run_id = start_run(client)
+    proc = _spearpy_stream(f"{server.url}/v1/runs/{run_id}", "--linger", "0.3",
+                           stdin=b"hello\nworld\n")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"hello\nworld\n"
+    run = finished(client, run_id)
+    assert run["exit_code"] == 0 and "session closed: 2 frames echoed" in run["stderr"]
+    # SPEAR's path and a session's ws_url work as well; an ended run is refused.
+    chat = start_run(client, "c_stream_chat")
+    proc = _spearpy_stream(session(client, chat)["ws_url"], "--stream-id", "9",
+                           stdin=b"what is 7 + 35?\n")
+    assert proc.returncode == 0 and proc.stdout == b"7 + 35 = 42\n", proc.stderr.decode()
+    proc = _spearpy_stream(f"{server.url}/api/v1/executions/{run_id}", stdin=b"late\n")
+    assert proc.returncode == 1 and b"409" in proc.stderr and b"has ended" in proc.stderr

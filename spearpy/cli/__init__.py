@@ -33,6 +33,8 @@ _COMMANDS = {
     "serve": ("spearpy.serve.cli", "serve",
               "Run agents from MODULES as a service: HTTP API, live events, a web page."),
     "show": ("spearpy.cli.show", "show", "Show a finished run's conversation."),
+    "stream": ("spearpy.cli.stream_cmd", "stream",
+               "Send stdin lines to a served run's user stream; print what it sends back."),
 }
 
 
