@@ -111,8 +111,8 @@ def user_stream_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> 
     except GuestFault:
         return abi.EFAULT
     if rc >= 0:
-        entry.hub.activity += 1  # before the take, whose change notification shows it
         inbound.take()  # the guest's thread is the queue's only consumer: still its head
+        entry.hub.guest_acted()
         entry.frames_read += 1
         entry.bytes_read += rc
     return rc
@@ -142,9 +142,10 @@ def user_stream_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
         return abi.EINVAL
     if header.stream_id != entry.stream_id:
         return abi.EINVAL
-    hub.activity += 1  # before the offer, whose change notification shows it
     if not channel.outbound.offer(frame):
         return _backpressure(run, fd, entry, length)  # the client side closed meanwhile
+    channel.writer_blocked = False
+    hub.guest_acted()
     entry.want = 0
     entry.frames_written += 1
     entry.bytes_written += length
@@ -164,6 +165,9 @@ def _backpressure(run: GuestRun, fd: int, entry: UserStreamFd, length: int) -> i
                             frame_bytes=length)
     entry.want = length
     entry.eagain += 1
+    # Set before the guest waits: the client's next take wakes it (the take
+    # that might slip in between sees the flag and wakes it early: harmless).
+    entry.channel.writer_blocked = True
     return abi.EAGAIN
 
 

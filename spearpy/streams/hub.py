@@ -49,12 +49,19 @@ class StreamHub:
     def __init__(self, limits: StreamLimits | None = None, *,
                  max_sessions: int | None = None) -> None:
         self.limits = limits or StreamLimits()
-        self.signal = Signal()  # what client-side waits block on
+        # What client-side waits block on: the guest's output (and any change of
+        # state), and room in an inbound queue (and the guest's activity).
+        self.output = Signal()
+        self.room = Signal()
+        self.room_waiters = 0  # waits on `room` in progress: only then is a take worth a wake
         self._lock = threading.Lock()
         self._waker: Waker | None = None
         self._bound = False
         self.ended = False  # the run is over
         self._channels: dict[int, Channel] = {}
+        # The same channels as a tuple, replaced (never changed) under the lock:
+        # the per-frame paths read it without taking the lock.
+        self._listed: tuple[Channel, ...] = ()
         self._session: Session | None = None
         self._sessions = 0
         self._max_sessions = max_sessions
@@ -63,16 +70,52 @@ class StreamHub:
         self.notes_dropped = 0
         self._idle_polls = 0
         self._probing = 0
-        self.activity = 0  # frames the guest read or wrote (the stdio bridge watches it)
+        self.activity = 0  # frames the guest read or wrote (guest_acted)
 
     # ---- wake-ups --------------------------------------------------------------
 
     def changed(self) -> None:
-        """Wake both sides after a change (never call with the hub's lock held)."""
+        """Wake everyone after a change of state (never with the hub's lock held)."""
+        self.wake_guest()
+        self.output.notify()
+        self.room.notify()
+
+    def wake_guest(self) -> None:
         waker = self._waker
         if waker is not None:
             waker.wake()
-        self.signal.notify()
+
+    def output_ready(self) -> None:
+        self.output.notify()
+
+    def room_freed(self) -> None:
+        if self.room_waiters:
+            self.room.notify()
+
+    def wait_room(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Block on `room` (a frame taken, the guest's activity, a change of state)."""
+        with self._lock:
+            self.room_waiters += 1
+        try:
+            return self.room.wait(done, timeout)
+        finally:
+            with self._lock:
+                self.room_waiters -= 1
+
+    async def wait_room_async(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        with self._lock:
+            self.room_waiters += 1
+        try:
+            return await self.room.wait_async(done, timeout)
+        finally:
+            with self._lock:
+                self.room_waiters -= 1
+
+    def guest_acted(self) -> None:
+        """The guest read or wrote a frame (the stdio bridge waits for quiet)."""
+        self.activity += 1
+        if self.room_waiters:
+            self.room.notify()
 
     # ---- the run's side (guest thread) -------------------------------------------
 
@@ -101,8 +144,9 @@ class StreamHub:
             if channel is None:
                 if len(self._channels) >= self.limits.max_streams:
                     return None
-                channel = Channel(stream_id, self.limits, self.changed, State.INIT)
+                channel = Channel(stream_id, self.limits, self, State.INIT)
                 self._channels[stream_id] = channel
+                self._listed = (*self._listed, channel)
             return channel
 
     def open_ctl(self) -> CtlQueue:
@@ -138,7 +182,7 @@ class StreamHub:
         nothing: it is waiting for its client (see `wait_guest_idle`)."""
         self._idle_polls += 1
         if self._probing:
-            self.signal.notify()
+            self.room.notify()
 
     @property
     def has_notes(self) -> bool:
@@ -178,10 +222,8 @@ class StreamHub:
         with self._lock:
             self._probing += 1
         try:
-            waker = self._waker
-            if waker is not None:
-                waker.wake()  # a guest blocked in epoll_wait re-checks readiness now
-            return self.signal.wait(lambda: self._idle_polls > before or self.ended, timeout)
+            self.wake_guest()  # a guest blocked in epoll_wait re-checks readiness now
+            return self.wait_room(lambda: self._idle_polls > before or self.ended, timeout)
         finally:
             with self._lock:
                 self._probing -= 1
@@ -210,6 +252,10 @@ class StreamHub:
         """The channel an inbound frame on `stream_id` goes to, and whether this
         frame connects it (a STREAM_CONNECTED event was queued); (None, False)
         when the session is over or at its stream limit."""
+        channel = self._channels.get(stream_id)
+        if channel is not None and channel.state is not State.INIT and \
+                self._session is session:
+            return channel, False  # the common case, every frame after the first: no lock
         with self._lock:
             if self._session is not session:
                 return None, False
@@ -217,8 +263,9 @@ class StreamHub:
             if channel is None:
                 if len(self._channels) >= self.limits.max_streams:
                     return None, False
-                channel = Channel(stream_id, self.limits, self.changed, State.CONNECTED)
+                channel = Channel(stream_id, self.limits, self, State.CONNECTED)
                 self._channels[stream_id] = channel
+                self._listed = (*self._listed, channel)
             elif channel.state is State.INIT:
                 channel.state = State.CONNECTED
             else:
@@ -227,9 +274,9 @@ class StreamHub:
                 queue.push(stream_id, CTL_STREAM_CONNECTED)
             return channel, True
 
-    def channels_of(self, session: Session) -> list[Channel]:
-        with self._lock:
-            return list(self._channels.values()) if self._session is session else []
+    def channels_of(self, session: Session) -> tuple[Channel, ...]:
+        listed = self._listed
+        return listed if self._session is session else ()
 
     def detach(self, session: Session, error: bool) -> list[Channel]:
         """End `session`: its channels close and the guest gets SESSION_CLOSED.
@@ -240,6 +287,7 @@ class StreamHub:
             self._session = None
             channels = list(self._channels.values())
             self._channels = {}
+            self._listed = ()
             for channel in channels:
                 channel.state = State.CLOSED
                 channel.error = error

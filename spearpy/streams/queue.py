@@ -2,10 +2,12 @@
 signal client-side waiters (threads or asyncio tasks) block on.
 
 The guest side waits on the run's `Waker` (spear_epoll_wait blocks on it);
-the client side waits on a `Signal`. Every change to a queue notifies both
-after the change is made, and every wait checks its condition after it has
-registered, so a wake-up between a check and a wait is never lost. Nothing
-polls.
+the client side waits on a `Signal`. A queue tells the side that may be
+waiting for the change, after the change is made: a frame put in wakes its
+consumer, a frame taken out its producer (only when it may be waiting: a
+thread woken for nothing costs a GIL hand-off on every frame). Every wait
+checks its condition after it has registered, so a wake-up between a check
+and a wait is never lost. Nothing polls.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ class FrameQueue:
     than growing: that refusal is the backpressure (-EAGAIN to a guest, a
     paused reader to a client)."""
 
-    __slots__ = ("_frames", "_lock", "_on_change", "max_bytes", "max_frames", "nbytes")
+    __slots__ = ("_frames", "_lock", "_on_put", "_on_take", "max_bytes", "max_frames",
+                 "nbytes")
 
     def __init__(self, max_bytes: int, max_frames: int,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_put: Callable[[], None] | None = None,
+                 on_take: Callable[[], None] | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_frames = max_frames
         self.nbytes = 0
         self._frames: deque[bytes] = deque()
         self._lock = threading.Lock()
-        self._on_change = on_change
+        self._on_put = on_put  # the consumer may be waiting for a frame
+        self._on_take = on_take  # the producer may be waiting for room
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -49,7 +54,8 @@ class FrameQueue:
                 return False
             self._frames.append(frame)
             self.nbytes += len(frame)
-        self._changed()
+        if self._on_put is not None:
+            self._on_put()
         return True
 
     def peek(self) -> bytes | None:
@@ -68,7 +74,8 @@ class FrameQueue:
                 return None, size
             frame = self._frames.popleft()
             self.nbytes -= size
-        self._changed()
+        if self._on_take is not None:
+            self._on_take()
         return frame, size
 
     def clear(self) -> tuple[int, int]:
@@ -77,31 +84,33 @@ class FrameQueue:
             dropped = len(self._frames), self.nbytes
             self._frames.clear()
             self.nbytes = 0
-        if dropped[0]:
-            self._changed()
+        if dropped[0] and self._on_take is not None:
+            self._on_take()
         return dropped
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
 
 
 class Signal:
     """Wakes whoever waits on the client side of a hub: threads (a condition)
-    and asyncio tasks (an Event set on their own loop)."""
+    and asyncio tasks (a future resolved on their own loop)."""
 
     __slots__ = ("_async", "_cond")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._async: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._async: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
 
     def notify(self) -> None:
         with self._cond:
             self._cond.notify_all()
             waiters = tuple(self._async)
-        for loop, event in waiters:
-            _set_on(loop, event)
+        if waiters:
+            running = asyncio._get_running_loop()
+            for loop, future in waiters:
+                if loop is running:
+                    _resolve(future)  # already on that loop's thread: no self-pipe round trip
+                    continue
+                with contextlib.suppress(RuntimeError):  # the loop closed: its waiter is gone
+                    loop.call_soon_threadsafe(_resolve, future)
 
     def wait(self, done: Callable[[], bool], timeout: float | None) -> bool:
         """Block until `done()` or `timeout` seconds pass; returns `done()`."""
@@ -118,34 +127,32 @@ class Signal:
             return True
 
     async def wait_async(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        if done():
+            return True
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         while True:
-            event = asyncio.Event()
-            waiter = (loop, event)
+            future: asyncio.Future[None] = loop.create_future()
+            waiter = (loop, future)
             with self._cond:
                 self._async.add(waiter)
             try:
-                # Checked after registering: a notify from now on sets the event.
+                # Checked after registering: a notify from now on resolves the future.
                 if done():
                     return True
-                remaining = None if end is None else end - loop.time()
-                if remaining is not None and remaining <= 0:
+                if end is None:
+                    await future
+                    continue
+                remaining = end - loop.time()
+                if remaining <= 0:
                     return False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
+                    await asyncio.wait_for(future, remaining)
             finally:
                 with self._cond:
                     self._async.discard(waiter)
 
 
-def _set_on(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        event.set()  # already on that loop's thread: no self-pipe round trip
-        return
-    with contextlib.suppress(RuntimeError):  # the loop closed: its waiter is gone
-        loop.call_soon_threadsafe(event.set)
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -10,6 +10,7 @@ hub's bounded queues.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import spearpy.streams.ssf as ssf
@@ -65,7 +66,7 @@ class Session:
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            self.hub.signal.wait(lambda: self._room_or_over(frame), remaining)
+            self.hub.wait_room(lambda: self._room_or_over(frame), remaining)
         return True
 
     async def apush(self, frame: bytes, timeout: float | None = None) -> bool:
@@ -75,7 +76,7 @@ class Session:
             remaining = None if loop_end is None else loop_end - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            await self.hub.signal.wait_async(lambda: self._room_or_over(frame), remaining)
+            await self.hub.wait_room_async(lambda: self._room_or_over(frame), remaining)
         return True
 
     def _channel_for(self, stream_id: int) -> Channel:
@@ -107,7 +108,7 @@ class Session:
         turn), or None when there is none now."""
         channels = self.hub.channels_of(self)
         if stream_id is not None:
-            channels = [c for c in channels if c.stream_id == stream_id]
+            channels = tuple(c for c in channels if c.stream_id == stream_id)
         count = len(channels)
         for i in range(count):
             channel = channels[(self._next + i) % count]
@@ -120,12 +121,12 @@ class Session:
     def pop_wait(self, timeout: float | None = None, stream_id: int | None = None
                  ) -> bytes | None:
         """`pop`, waiting up to `timeout` seconds; None on timeout or once `finished`."""
-        self.hub.signal.wait(lambda: self._has_output(stream_id) or self.finished, timeout)
+        self.hub.output.wait(lambda: self._has_output(stream_id) or self.finished, timeout)
         return self.pop(stream_id)
 
     async def apop(self, timeout: float | None = None, stream_id: int | None = None
                    ) -> bytes | None:
-        await self.hub.signal.wait_async(
+        await self.hub.output.wait_async(
             lambda: self._has_output(stream_id) or self.finished, timeout)
         return self.pop(stream_id)
 
@@ -171,7 +172,7 @@ class Session:
                                                                 error))
         self.hub.changed()
 
-    def summary(self, channels: list[Channel], action: str, reason: str,
+    def summary(self, channels: Sequence[Channel], action: str, reason: str,
                 error: bool) -> dict[str, Any]:
         return {"action": action, "session": self.id, "client": self.client, "reason": reason,
                 "error": error, "streams": len(channels),

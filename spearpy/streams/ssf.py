@@ -18,7 +18,7 @@ import json
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 MAGIC: Final = b"SPST"
 VERSION: Final = 1
@@ -46,8 +46,8 @@ class SsfError(ValueError):
     """A frame that is not SSF v1; the message says what is wrong with it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    # A NamedTuple, not a dataclass: one is built per frame on the hot paths.
     msg_type: int
     flags: int
     stream_id: int

@@ -64,7 +64,7 @@ class StdioBridge:
     def _end_of_input(self) -> None:
         hub, session = self.hub, self.session
         while not hub.ended:
-            hub.signal.wait(lambda: hub.ended or self._drained(), None)
+            hub.wait_room(lambda: hub.ended or self._drained(), None)
             if not hub.wait_guest_idle(None):
                 break  # the run ended
             if self._acted_within(QUIET_S):
@@ -76,7 +76,7 @@ class StdioBridge:
     def _acted_within(self, seconds: float) -> bool:
         hub = self.hub
         before = hub.activity
-        return hub.signal.wait(lambda: hub.activity != before or hub.ended, seconds)
+        return hub.wait_room(lambda: hub.activity != before or hub.ended, seconds)
 
     def _drained(self) -> bool:
         return not self.hub.inbound_pending() and not self.session.outbound_pending()

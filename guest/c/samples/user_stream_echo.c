@@ -77,16 +77,18 @@ static void on_writable(slot_t *s) {
     sp_epoll_ctl(epfd, SP_EPOLL_CTL_MOD, s->fd, READ_EVENTS);
 }
 
+/* One frame per EPOLLIN, as SPEAR's sample does: epoll is level-triggered, so
+ * the next wait reports the stream again while frames remain, and a lone
+ * frame costs no extra read that would only answer -EAGAIN. */
 static void on_readable(slot_t *s, sp_buf *frame) {
-    while (!s->has_pending) {
-        int32_t rc = sp_stream_read(s->fd, frame);
-        if (rc < 0) {
-            if (rc != SP_EAGAIN && rc != SP_EPIPE)
-                fprintf(stderr, "user_stream_read(stream %u): %d\n", s->stream_id, rc);
-            return;
-        }
-        if (!echo(s, frame->data, frame->len)) return;
+    if (s->has_pending) return;
+    int32_t rc = sp_stream_read(s->fd, frame);
+    if (rc < 0) {
+        if (rc != SP_EAGAIN && rc != SP_EPIPE)
+            fprintf(stderr, "user_stream_read(stream %u): %d\n", s->stream_id, rc);
+        return;
     }
+    echo(s, frame->data, frame->len);
 }
 
 /* Reads every queued control event; 1 once the session has closed. */
