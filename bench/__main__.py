@@ -27,6 +27,7 @@ SCENARIOS = {
     "P4": "bench.p4_concurrency",
     "M": "bench.m_mcp",
     "R": "bench.r_routing",
+    "U": "bench.u_streams",
 }
 
 
