@@ -246,6 +246,18 @@ def _status(exc: InvalidStatus | None) -> int:
     return 101 if exc is None else int(exc.response.status_code)
 
 
+def test_the_websocket_log_line_hides_the_token(server: BackgroundServer) -> None:
+    import logging
+
+    record = logging.LogRecord("uvicorn.error", logging.INFO, __file__, 1,
+                               '%s - "WebSocket %s" [accepted]',
+                               ("127.0.0.1:5", "/api/v1/executions/x/streams/ws?token=SECRET"),
+                               None)
+    for log_filter in logging.getLogger("uvicorn.error").filters:
+        assert not isinstance(log_filter, logging.Filter) or log_filter.filter(record)
+    assert "SECRET" not in record.getMessage() and "token=[redacted]" in record.getMessage()
+
+
 # ---- what a client may send -------------------------------------------------------------
 
 

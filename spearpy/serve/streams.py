@@ -13,6 +13,7 @@ drives it only through `Host.run(streams=...)`, as an embedder would.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from starlette.requests import Request
@@ -162,5 +163,16 @@ async def _deny(websocket: WebSocket, status: int, detail: str, slug: str) -> No
 
 
 def stream_routes() -> list[BaseRoute]:
+    _hide_tokens_in_websocket_log()
     return [Route(PREFIX + "/session", create_session, methods=["POST"]),
             WebSocketRoute(PREFIX + "/ws", stream_ws)]
+
+
+def _hide_tokens_in_websocket_log() -> None:
+    # uvicorn logs every WebSocket upgrade with its query (our ?token=) on
+    # uvicorn.error, which the access-log filter of serve/server.py does not see.
+    from spearpy.serve.server import _TokenFilter
+
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _TokenFilter) for f in logger.filters):
+        logger.addFilter(_TokenFilter())
