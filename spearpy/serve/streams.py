@@ -132,7 +132,7 @@ async def stream_ws(websocket: WebSocket) -> None:
         return await _deny(websocket, 400, f"ask for the WebSocket subprotocol {SUBPROTOCOL}",
                            "bad-subprotocol")
     hub = streams.hubs.get(run_id)
-    if hub is None:
+    if hub is None or hub.ended:
         return await _deny(websocket, 409, f"run {run_id} has ended", "run-ended")
     try:
         session = hub.connect("ws")

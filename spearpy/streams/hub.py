@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from spearpy.fds.waker import Waker
     from spearpy.streams.session import Session
 
-Emit = Callable[..., None]
 MAX_NOTES = 256  # client-side happenings waiting for the guest's thread to report them
 
 
