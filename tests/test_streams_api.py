@@ -119,3 +119,18 @@ def test_open_stream_needs_streams(make_host: Any) -> None:
     make_host().run(ROOT / "wasm-samples" / "c_hello.wasm", ["hi"], streams=hub)
     with pytest.raises(RuntimeError, match="one run"):
         make_host().run(ROOT / "wasm-samples" / "c_hello.wasm", ["hi"], streams=hub)
+
+
+def test_a_guest_waiting_for_a_client_honours_deadline_and_cancel(make_host: Any) -> None:
+    import time
+
+    host = make_host()
+    started = time.monotonic()
+    result = host.run(ECHO, streams=StreamHub(), limits={"timeout": 0.5})
+    assert (result.outcome, result.exit_code) == ("timeout", 124)
+    assert time.monotonic() - started < 5
+    handle = host.start(ECHO, streams=True)
+    handle.open_stream(1).send(b"connected, then nothing")
+    time.sleep(0.2)
+    handle.cancel()
+    assert handle.result(timeout=5).outcome == "cancelled"
