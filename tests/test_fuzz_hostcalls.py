@@ -401,9 +401,9 @@ class HostcallMachine(RuleBasedStateMachine):
         if name != "random_i64":
             assert value > 0
 
-    @rule(data=st.data(), name=st.sampled_from(["rtasr_create", "mic_read", "user_stream_open"]))
+    @rule(data=st.data(), name=st.sampled_from(["rtasr_create", "mic_read"]))
     def unsupported(self, data: st.DataObject, name: str) -> None:
-        args = {"rtasr_create": 0, "mic_read": 3, "user_stream_open": 2}[name]
+        args = {"rtasr_create": 0, "mic_read": 3}[name]
         assert self.hc(name, *(self.fd(data) for _ in range(args))) == abi.ENOSYS
 
     # ---- invariants ----------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from spearpy.streams.limits import StreamLimits
+
 # The event stream takes the token in its query (EventSource sends no
 # headers): keep it out of the access log.
 _TOKEN_IN_QUERY = re.compile(r"((?:access_)?token=)[^&\s]*")
@@ -38,6 +40,9 @@ def _uvicorn_config(app: Starlette, host: str, port: int, grace: float,
     # uvicorn waits this long for open connections before the lifespan
     # shutdown; the drain (started at the signal) ends them within the grace,
     # so this is only a backstop.
+    # A WebSocket message is one SSF frame: uvicorn must not read one far
+    # larger than the stream limit (its default is 16 MiB) before the check.
+    options.setdefault("ws_max_size", StreamLimits().max_frame_bytes + 64)
     return uvicorn.Config(app, host=host, port=port, lifespan="on",
                           timeout_graceful_shutdown=int(grace) + 15, **options)
 
