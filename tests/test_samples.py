@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +33,16 @@ TOOL_SUM = ["c_tool_sum", "c_tool_sum_sdk", "rust_tool_sum"]
 HANG_GUARD_S = 300
 
 
+# The console scripts installed beside this interpreter (mcp-server-time, which
+# c_mcp_time's registry record launches) are found as a user's shell finds them.
+_ENV = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent),
+                                               os.environ.get("PATH", "")))}
+
+
 def spearpy_run(*args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-c", "from spearpy.cli import main; main()", "run", "--no-cache", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
-                          check=False)
+                          check=False, env=_ENV)
 
 
 def run_sample(sample: dict[str, Any], *host_args: str) -> subprocess.CompletedProcess[str]:

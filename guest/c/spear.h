@@ -292,6 +292,33 @@ static inline int32_t sp_set_param_int(int32_t fd, const char *key, int64_t valu
 static inline int32_t sp_set_param_bool(int32_t fd, const char *key, int value) {
     return sp_set_param_raw(fd, key, value ? "true" : "false");
 }
+/* A param whose value is an array of strings (MCP's server_ids, allowlists). */
+static inline int32_t sp_set_param_strs(int32_t fd, const char *key, const char *const *items,
+                                        size_t count) {
+    sp_buf v = SP_BUF_INIT;
+    int32_t rc = sp_buf_puts(&v, "[");
+    for (size_t i = 0; i < count && !rc; i++) {
+        rc = i ? sp_buf_puts(&v, ",") : 0;
+        rc = rc ? rc : sp_buf_json_string(&v, items[i], strlen(items[i]));
+    }
+    rc = rc ? rc : sp_buf_puts(&v, "]");
+    rc = rc ? rc : sp_set_param_raw(fd, key, v.data);
+    sp_buf_free(&v);
+    return rc;
+}
+/* SPEAR's MCP session layer: a session may only narrow what the run allows
+ * (-13 EACCES past it). `servers`/`allow`/`deny` may be NULL (not set). */
+static inline int32_t sp_mcp_enable(int32_t fd, int on) {
+    return sp_set_param_bool(fd, "mcp.enabled", on);
+}
+static inline int32_t sp_mcp_select(int32_t fd, const char *const *servers, size_t n_servers,
+                                    const char *const *allow, size_t n_allow,
+                                    const char *const *deny, size_t n_deny) {
+    int32_t rc = servers ? sp_set_param_strs(fd, "mcp.server_ids", servers, n_servers) : 0;
+    rc = rc ? rc : allow ? sp_set_param_strs(fd, "mcp.tool_allowlist", allow, n_allow) : 0;
+    rc = rc ? rc : deny ? sp_set_param_strs(fd, "mcp.tool_denylist", deny, n_deny) : 0;
+    return rc;
+}
 /* Lets the host put tool args/output in `arena` instead of calling spear_alloc. */
 static inline int32_t sp_set_tool_arena(int32_t fd, void *arena, size_t len) {
     int32_t rc = sp_set_param_int(fd, "tool_arena_ptr", SP_PTR(arena));
