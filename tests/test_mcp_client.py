@@ -25,6 +25,7 @@ import structlog
 from spearpy.mcp import Approval, McpError, McpManager, SessionPolicy, TaskPolicy, load_registry
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.mcp.transports import STDERR_LOG_BUDGET
+from spearpy.observe.logger import get_logger
 
 TOOLBOX = str(Path(__file__).parent / "mcp_servers" / "toolbox.py")
 SECRET = "sk-test-mcp-0123456789abcdef"
@@ -224,6 +225,9 @@ def test_garbage_on_stdout_is_dropped(manager: McpManager) -> None:
 
 def test_stderr_goes_to_the_log_bounded_and_close_ends_the_server() -> None:
     mgr = McpManager([stdio("noisy", [TOOLBOX])])
+    # A logging configuration an earlier test deferred would be applied at the
+    # first log line, inside the capture, and replace it: apply it now.
+    get_logger("spearpy.mcp")
     with structlog.testing.capture_logs() as logs:
         assert call(mgr, "noisy", "stderr_flood", kib=400).content == "noisy"
         call(mgr, "noisy", "echo", text="sync")  # stderr is drained concurrently

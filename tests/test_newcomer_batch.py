@@ -56,7 +56,8 @@ def test_batch_offers_every_flag_of_run_but_stdin() -> None:
                 for opt in getattr(p, "opts", []) if opt.startswith("--")}
 
     of_run, of_batch = options(run), options(batch)
-    missing = set(of_run) - set(of_batch) - {"--stdin"}  # batch inputs carry their stdin
+    # Batch inputs carry their stdin; a user stream bridges one run to one terminal.
+    missing = set(of_run) - set(of_batch) - {"--stdin", "--stream-stdio", "--stream-id"}
     assert not missing
     for flag in ("--events", "--transcript", "--metrics-file", "--log-format", "--env",
                  "--env-inherit", "--dir", "--invoke", "--max-memory"):
