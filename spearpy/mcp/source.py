@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from spearpy.mcp.models import ToolSpec
     from spearpy.observe.scrub import SecretScrubber
 
-GROUP = "mcp"
 
 
 @dataclass(slots=True)

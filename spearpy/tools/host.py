@@ -95,11 +95,6 @@ class HostTools:
                 self._mcp = McpTools(self._manager, self._scrubber)
             return self._mcp
 
-    @property
-    def manager(self) -> McpManager | None:
-        self.mcp()
-        return self._manager
-
     def close(self) -> None:
         with self._lock:
             self._closed = True
