@@ -225,15 +225,21 @@ def test_garbage_on_stdout_is_dropped(manager: McpManager) -> None:
 
 def test_stderr_goes_to_the_log_bounded_and_close_ends_the_server() -> None:
     mgr = McpManager([stdio("noisy", [TOOLBOX])])
-    # A logging configuration an earlier test deferred would be applied at the
-    # first log line, inside the capture, and replace it: apply it now.
+    # An earlier test's logging configuration (a deferred one is applied now)
+    # may filter below warning, which capture_logs does not undo: the capture
+    # runs on structlog's defaults, and the configuration comes back after.
     get_logger("spearpy.mcp")
-    with structlog.testing.capture_logs() as logs:
-        assert call(mgr, "noisy", "stderr_flood", kib=400).content == "noisy"
-        call(mgr, "noisy", "echo", text="sync")  # stderr is drained concurrently
-        pid = mgr.status()[0].pid
-        assert alive(pid)
-        mgr.close()
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert call(mgr, "noisy", "stderr_flood", kib=400).content == "noisy"
+            call(mgr, "noisy", "echo", text="sync")  # stderr is drained concurrently
+            pid = mgr.status()[0].pid
+            assert alive(pid)
+            mgr.close()
+    finally:
+        structlog.configure(**saved)
     lines = [e for e in logs if e["event"] == "mcp server stderr"]
     assert lines and all(e["server_id"] == "noisy" for e in lines)
     assert sum(len(e["line"]) for e in lines) <= STDERR_LOG_BUDGET + 2048
