@@ -28,6 +28,7 @@ SCENARIOS = {
     "M": "bench.m_mcp",
     "R": "bench.r_routing",
     "U": "bench.u_streams",
+    "SV": "bench.s_serve",
 }
 
 
