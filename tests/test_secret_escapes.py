@@ -235,3 +235,19 @@ def test_a_failed_atomic_write_leaves_neither_file_nor_litter(tmp_path: Path) ->
     with pytest.raises(TypeError):
         atomic_write(target, "not bytes")  # type: ignore[arg-type]
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_a_recorded_cassette_never_decodes_to_the_key(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """The cassette records the wire below the backend, escapes included."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    cassette = tmp_path / "run.json"
+    spelled = spell(KEY, [1] * len(KEY))
+    script = {"default": {"body_text": completion("key " + spelled)}}
+    with ScriptedServer(script, api_key=KEY) as server, \
+            Host(base_url=server.base_url, model="m", cache_dir=None, max_retries=0,
+                 record=cassette) as host:
+        result = host.run(Path(__file__).resolve().parents[1] / "wasm-samples" / "c_chat.wasm")
+    assert b"key [redacted]" in (result.stdout or b"")
+    text = cassette.read_text("utf-8")
+    assert "<redacted>" in text and not leaks(text)

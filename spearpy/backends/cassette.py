@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from spearpy import _json
 from spearpy._files import atomic_write
 from spearpy.errors import ConfigError
+from spearpy.observe.scrub import SecretScrubber
 
 FORMAT_VERSION = 1
 REDACTED = "<redacted>"
@@ -79,18 +80,13 @@ def redact_url(url: str) -> tuple[str, list[str]]:
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
-    """`value` with every occurrence of every secret replaced, keys included."""
+    """`value` with every secret removed, keys included, in every JSON spelling
+    that decodes to it: a recorded reply holds the wire's escapes
+    (observe/scrub.py)."""
     if not secrets:
         return value
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {scrub(k, secrets): scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v, secrets) for v in value]
-    return value
+    return SecretScrubber(secrets, marker=REDACTED,
+                          min_length=MIN_SECRET_LENGTH).value(value)
 
 
 def encode_body(raw: bytes) -> dict[str, Any]:

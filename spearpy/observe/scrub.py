@@ -7,8 +7,8 @@ JSON, so the same key escaped twice (`\\\\u0073`) decodes to it one level
 later. The scrubber therefore works in two passes:
 
 1. A precise pass replaces the secret wherever each of its characters is
-   either literal or any `\\uXXXX` escape behind any number of backslashes
-   (every JSON nesting level at once), and `\\/` for a slash. The text around
+   literal or a `\\u` escape (four hex digits) behind any number of
+   backslashes (every JSON nesting level at once), and `\\/` for a slash. The text around
    it is kept, so a JSON document stays valid and loses nothing else.
 2. A check decodes JSON escapes level by level (up to MAX_LEVELS); a string
    that still decodes to a secret after pass 1 (an exotic mix of escapes,
@@ -61,11 +61,15 @@ def _decode_once(text: str) -> str:
 
 
 class SecretScrubber:
-    """Replaces known secret values, however JSON-escaped, with REDACTED."""
+    """Replaces known secret values, however JSON-escaped, with a marker
+    (REDACTED unless the record has its own, as cassettes do)."""
 
-    __slots__ = ("_escaped", "_secret_bytes", "_secrets")
+    __slots__ = ("_escaped", "_marker", "_min_length", "_secret_bytes", "_secrets")
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), *, marker: str = REDACTED,
+                 min_length: int = MIN_SECRET_LEN) -> None:
+        self._marker = marker
+        self._min_length = min_length
         self._secrets: list[str] = []
         self._secret_bytes: list[bytes] = []
         self._escaped: list[re.Pattern[str]] = []
@@ -80,7 +84,7 @@ class SecretScrubber:
         return tuple(self._secrets)
 
     def add(self, secret: str) -> None:
-        if len(secret) < MIN_SECRET_LEN or secret in self._secrets:
+        if len(secret) < self._min_length or secret in self._secrets:
             return
         self._secrets.append(secret)
         # Longest first: a key that contains another key is replaced whole.
@@ -93,7 +97,7 @@ class SecretScrubber:
         """The text with every secret removed in every spelling that decodes to it."""
         value = self.text_precise(value)
         if "\\" in value and self._decodes_to_secret(value):
-            return REDACTED
+            return self._marker
         return value
 
     def raw(self, data: bytes) -> bytes:
@@ -111,10 +115,10 @@ class SecretScrubber:
         changed = value
         for secret in self._secrets:
             if secret in changed:
-                changed = changed.replace(secret, REDACTED)
+                changed = changed.replace(secret, self._marker)
         if "\\" in changed:
             for pattern in self._escaped:
-                changed = pattern.sub(REDACTED, changed)
+                changed = pattern.sub(self._marker, changed)
         return value if changed == value else changed
 
     def value(self, value: Any) -> Any:
