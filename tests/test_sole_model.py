@@ -33,3 +33,9 @@ def test_with_several_models_the_guest_is_told_how_to_choose() -> None:
     assert b"no_model" in (result.stdout or b"")
     assert b"SPEARPY_MODEL" in (result.stdout or b"")
     assert not any(r.path.endswith("/chat/completions") for r in requests)
+
+
+def test_an_absurd_model_id_is_no_answer() -> None:
+    result, requests = _run(["m" * 5000])
+    assert b"no_model" in (result.stdout or b"")
+    assert not any(r.path.endswith("/chat/completions") for r in requests)

@@ -23,6 +23,7 @@ __all__ = ["MAX_RESPONSE_BYTES", "OpenAIBackend", "error_details"]
 # a list of models is a few KiB.
 MODELS_TIMEOUT_S = 5.0
 MAX_MODELS_BYTES = 1 << 20
+MAX_MODEL_ID_LEN = 256
 
 
 class OpenAIBackend(HTTPBackend):
@@ -68,7 +69,10 @@ class OpenAIBackend(HTTPBackend):
         ids = {entry.get("id") for entry in listed if isinstance(entry, dict)}
         ids.discard(None)
         only = next(iter(ids)) if len(ids) == 1 else None
-        return only if isinstance(only, str) and only else None
+        # The id becomes the request's model and a log field: a server's
+        # invention of a megabyte-long "id" is no answer.
+        fits = isinstance(only, str) and 0 < len(only) <= MAX_MODEL_ID_LEN
+        return only if fits else None
 
     def encode(self, request: CompletionRequest) -> JSONDict:
         return self.build_body(request)

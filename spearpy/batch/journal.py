@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from spearpy import _json
+from spearpy._files import atomic_write
 from spearpy.batch.jobs import BatchError, id_key
 
 
@@ -82,9 +83,7 @@ def open_results(path: str | os.PathLike[str]) -> ResultsFile:
         if dropped:
             # Rewrite without the broken lines, atomically, so a second crash
             # during the repair cannot lose the good ones.
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(b"".join(line + b"\n" for line in lines))
-            os.replace(tmp, target)
+            atomic_write(target, b"".join(line + b"\n" for line in lines))
         if target.parent != Path(""):
             target.parent.mkdir(parents=True, exist_ok=True)
         handle = open(target, "ab")  # noqa: SIM115 - owned by ResultsFile
