@@ -37,7 +37,10 @@ def record(server_id: str, args: list[str], **extra: Any) -> dict[str, Any]:
             "stdio": {"command": sys.executable, "args": args}, **extra}
 
 
-SERVERS = [record("tb", [TOOLBOX], approval_policy={"per_tool": {"add": "always"}}),
+SERVER_TOKEN = "ghp_" + "0123456789abcdefghij0123456789ABCDEF"
+SERVERS = [record("tb", [TOOLBOX], approval_policy={"per_tool": {"add": "always"}},
+                  stdio={"command": sys.executable, "args": [TOOLBOX],
+                         "env": {"GITHUB_TOKEN": SERVER_TOKEN}}),
            record("time", ["-m", "mcp_server_time", "--local-timezone", "UTC"]),
            record("broken", ["-c", "import sys; sys.exit(3)"])]
 TASK = {"mcp.enabled": True, "mcp.default_server_ids": ["tb", "time", "broken"]}
@@ -140,6 +143,8 @@ def test_a_server_never_sees_the_api_key_and_results_are_scrubbed(host: Host) ->
     _, _, requests = send(host, calls_then_answer((ENV, {})))
     (content,) = tool_replies(requests).values()
     assert "PATH" in content and SECRET not in content and "OPENAI_API_KEY" not in content
+    # The server got the token its record names, but its answers carry none of it.
+    assert "GITHUB_TOKEN" in content and SERVER_TOKEN not in content
 
 
 def test_the_session_narrows_and_cannot_widen(host: Host) -> None:

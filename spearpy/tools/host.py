@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.chat.registry import Tool, ToolRegistry
 from spearpy.observe.scrub import SecretScrubber
+from spearpy.secret_env import is_secret_name, is_secret_value
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
@@ -91,6 +92,13 @@ class HostTools:
                 from spearpy.mcp.source import McpTools
 
                 registry = load_registry(self._mcp_dirs, self._mcp_servers)
+                # A credential a record hands its server (env, headers) is the
+                # server's: what the server answers must not carry it to the model.
+                for entry in registry.entries.values():
+                    for name, value in (*entry.env.items(), *entry.headers.items()):
+                        if is_secret_name(name) or is_secret_value(value):
+                            self._scrubber.add(value)
+                            self._scrubber.add(value.partition(" ")[2])  # "Bearer TOKEN"
                 self._manager = McpManager(registry)
                 self._mcp = McpTools(self._manager, self._scrubber)
             return self._mcp
