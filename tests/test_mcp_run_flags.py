@@ -54,3 +54,20 @@ def test_run_calls_a_published_mcp_server_from_the_command_line(tmp_path: Path) 
     bad = subprocess.run([*base, "--task-param", "mcp.enabeld=true", guest],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "mcp.enabeld" in bad.stderr
+
+
+def test_the_config_file_gives_records_and_the_task_layer(tmp_path: Path) -> None:
+    from spearpy.host import Host
+
+    config = tmp_path / "spearpy.toml"
+    config.write_text('[task]\n"mcp.enabled" = true\n"mcp.default_server_ids" = ["time"]\n'
+                      '[[mcp.servers]]\nserver_id = "time"\ntransport = "stdio"\n'
+                      'allowed_tools = ["*"]\nstdio = { command = "mcp-server-time" }\n')
+    with Host(config_file=config, cache_dir=None, task_params={"mcp.tool_denylist": ["x"]}) \
+            as host:
+        assert host.task_policy is not None and host.task_policy.enabled
+        assert host.task_policy.defaults == ("time",)
+        assert host.tools.has_mcp
+    config.write_text('[task]\n"mcp.enabeld" = true\n')
+    with pytest.raises(ValueError, match="mcp.enabeld"):
+        Host(config_file=config, cache_dir=None)

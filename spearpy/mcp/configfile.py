@@ -31,20 +31,22 @@ def _read(path: Path) -> dict[str, Any]:
         raise ValueError(f"cannot read the config file {str(path)!r}: {exc}") from None
 
 
-def task_table(path: str | Path) -> dict[str, Any]:
-    """The `[task]` table (SPEAR's task-config keys) of the config file."""
-    path = Path(path)
-    table = _read(path).get("task", {})
-    if not isinstance(table, dict):
-        raise ValueError(f"{path}: `task` must be a table of SPEAR task keys")
-    return table
-
-
 def mcp_sources(path: str | Path) -> tuple[list[Path], list[dict[str, Any]]]:
     """(record dirs, inline records) of the config file at `path`; no `[mcp]`
     table gives nothing. Raises ValueError naming the file and what is wrong."""
+    dirs, servers, _task = config_tables(path)
+    return dirs, servers
+
+
+def config_tables(path: str | Path
+                  ) -> tuple[list[Path], list[dict[str, Any]], dict[str, Any]]:
+    """(record dirs, inline records, `[task]` keys) of the config file, from
+    one read of it."""
     path = Path(path)
     raw = _read(path)
+    task = raw.get("task", {})
+    if not isinstance(task, dict):
+        raise ValueError(f"{path}: `task` must be a table of SPEAR task keys")
     table = raw.get("mcp", {})
     if not isinstance(table, dict):
         raise ValueError(f"{path}: `mcp` must be a table")
@@ -56,4 +58,4 @@ def mcp_sources(path: str | Path) -> tuple[list[Path], list[dict[str, Any]]]:
         raise ValueError(f"{path}: mcp.dirs must be a list of paths")
     if not isinstance(servers, list) or not all(isinstance(s, dict) for s in servers):
         raise ValueError(f"{path}: mcp.servers must be an array of tables ([[mcp.servers]])")
-    return [path.parent / d for d in dirs], servers
+    return [path.parent / d for d in dirs], servers, task
