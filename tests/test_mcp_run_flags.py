@@ -69,5 +69,5 @@ def test_the_config_file_gives_records_and_the_task_layer(tmp_path: Path) -> Non
         assert host.task_policy.defaults == ("time",)
         assert host.tools.has_mcp
     config.write_text('[task]\n"mcp.enabeld" = true\n')
-    with pytest.raises(ValueError, match="mcp.enabeld"):
+    with pytest.raises(ValueError, match=r"mcp\.enabeld"):
         Host(config_file=config, cache_dir=None)
