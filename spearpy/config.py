@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -130,6 +130,21 @@ class HostConfig(BaseSettings):
     # mcp.default_server_ids, mcp.allowed_server_ids, mcp.tool_allowlist,
     # mcp.tool_denylist); Host.run(task_params=...) adds to it per run.
     task_params: dict[str, Any] = Field(default_factory=dict)
+
+    # Audio in (SPEAR's mic_* and rtasr_*: docs/audio.md). A headless machine
+    # has no microphone: the `device` source then reads this WAV/PCM file,
+    # and at its end the mic fd raises HUP.
+    mic_file: Path | None = None
+    # "realtime": frames come at the pace of the audio; "fast": as soon as read.
+    mic_pace: Literal["realtime", "fast"] = "realtime"
+    # The realtime transcription WebSocket (OpenAI-compatible); None = derived
+    # from the OpenAI backend's base URL. The key is read from rtasr_api_key_env.
+    rtasr_url: str | None = None
+    rtasr_api_key_env: str = OPENAI_KEY_ENV
+    # Per run, over every mic and rtasr fd: PCM bytes read or written, and
+    # seconds of audio at the fd's format.
+    max_audio_bytes: ByteCount = Field(64 << 20, ge=0)
+    max_audio_seconds: float = Field(600.0, ge=0)
 
     @field_validator("base_url")
     @classmethod

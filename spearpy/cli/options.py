@@ -84,6 +84,16 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--task-param", {"multiple": True, "metavar": "KEY=JSON",
                       "help": "a task-layer key, SPEAR's names: mcp.enabled=true, "
                               "'mcp.tool_denylist=[\"write_*\"]'; repeatable"}),
+    ("--mic-file", {"type": click.Path(dir_okay=False),
+                    "help": "the microphone (`device` source) reads this WAV/PCM file; "
+                            "HUP at its end"}),
+    ("--mic-pace", {"type": click.Choice(["realtime", "fast"]),
+                    "help": "mic frames at the audio's pace or as fast as read [realtime]"}),
+    ("--rtasr-url", {"help": "realtime transcription WebSocket URL (ws:// or wss://)"}),
+    ("--rtasr-api-key-env", {"help": "name of the env var holding the realtime key "
+                                     "[OPENAI_API_KEY]"}),
+    ("--max-audio-bytes", {"type": BYTES, "help": "audio bytes per run [64MiB]"}),
+    ("--max-audio-seconds", {"type": float, "help": "seconds of audio per run [600]"}),
 ]
 
 

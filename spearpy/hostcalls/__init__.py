@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Final
 from spearpy import abi
 from spearpy._native import I32, I64, HostFn, define_hostcall
 from spearpy.hostcalls import chat, fd, system, wasi_poll
+from spearpy.hostcalls.mic import MIC_HOSTCALLS
+from spearpy.hostcalls.rtasr import RTASR_HOSTCALLS
 from spearpy.hostcalls.streams import STREAM_HOSTCALLS
 from spearpy.hostcalls.unsupported import UNSUPPORTED
 
@@ -48,7 +50,7 @@ def _enosys(_run: GuestRun, *_args: int) -> int:
 
 for _name, _nparams in UNSUPPORTED.items():
     HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _enosys)
-for _name, (_nparams, _fn) in STREAM_HOSTCALLS.items():
+for _name, (_nparams, _fn) in (STREAM_HOSTCALLS | MIC_HOSTCALLS | RTASR_HOSTCALLS).items():
     HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _fn)
 
 
