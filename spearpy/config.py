@@ -123,6 +123,9 @@ class HostConfig(BaseSettings):
     max_host_bytes: ByteCount = Field(256 << 20, ge=1 << 20)
 
     cache_dir: Path | None = Field(default_factory=_default_cache_dir)  # None = no disk cache
+    # Compiled modules kept in memory (bytes of their serialized code, LRU);
+    # a service loading many modules must not grow without bound.
+    module_cache_bytes: ByteCount = Field(512 << 20, ge=0)
 
     # MCP tool servers: directories of SPEAR registry records (mcp.d/*.toml).
     mcp_dirs: list[Path] = Field(default_factory=list)

@@ -74,6 +74,8 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-log-bytes", {"type": BYTES, "help": "guest log bytes per run [8MiB]"}),
     ("--max-host-bytes", {"type": BYTES,
                           "help": "bytes the host may keep for one run's data [256 MiB]"}),
+    ("--module-cache-bytes", {"type": BYTES, "help": "compiled modules kept in memory "
+                                                     "(LRU) [512MiB]"}),
     ("--mcp-dir", {"type": click.Path(file_okay=False), "multiple": True,
                    "help": "a directory of MCP server records (SPEAR's mcp.d/*.toml); "
                            "repeatable [env SPEARPY_MCP_DIRS, a JSON list]"}),
