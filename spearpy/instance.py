@@ -328,6 +328,10 @@ class GuestRun:
             from spearpy.hostcalls.streams import end_streams
 
             end_streams(self)
+        # Fds fed from other threads (mic sources, rtasr connections) stop their
+        # workers when closed: none may outlive the run.
+        for fd, _entry in self.fds.entries():
+            self.fds.close(fd)
         code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
