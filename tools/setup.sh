@@ -6,7 +6,8 @@
 #                                (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32
 #                                rustc libstd-rust-dev-wasm32 cargo, through apt-get), Debian's
 #                                chromium for the service page's browser test (driven by
-#                                Playwright, which downloads no browser) and the [ray] extra
+#                                Playwright, which downloads no browser), espeak-ng (the mic
+#                                tests' speech WAVs) and the [ray] extra
 #                                for the batch-on-Ray tests
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,13 +22,13 @@ for arg in "$@"; do
 done
 
 APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32 cargo
-              chromium)
+              chromium espeak-ng)
 
 toolchains_present() {
     command -v clang >/dev/null && command -v wasm-ld >/dev/null \
         && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] \
         && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ] \
-        && [ -x /usr/bin/chromium ]
+        && [ -x /usr/bin/chromium ] && command -v espeak-ng >/dev/null
 }
 
 if [ $TOOLCHAINS = 1 ] && ! toolchains_present; then
