@@ -1,10 +1,146 @@
-"""The mic_* family (SPEAR's microphone fds). Filled in by the audio work;
-until then these names answer -38 ENOSYS from hostcalls.unsupported."""
+"""The mic_* family (SPEAR's microphone fds): mic_create, mic_ctl (1
+set-param JSON, 2 get-status JSON), mic_read (one PCM frame), mic_close.
+
+Return codes are SPEAR's: set-param JSON that does not parse or cannot be
+used (a bad base64 stub, a format other than pcm16, frames no microphone
+makes) is -EINVAL; a source that cannot start is -EIO with the reason in
+get-status's `last_error` (SPEAR's answer for a device without fallback);
+mic_read gives -EAGAIN when no frame is queued, -ENOSPC with the needed
+length when the buffer is too small (the frame is kept), -EBADF for any
+other fd; an unknown ctl command is -EINVAL. spearpy's own: a `file` path
+outside the run's mounts is -EACCES, a `user_stream` source on a run no
+client can reach -ENOTCONN (both with `last_error`), and a read past the
+run's audio budget -EDQUOT (-122, spearpy.audio.budget): the mic stops,
+`last_error` says which limit, the fd reports EPOLLERR, and one limit_hit
+event goes out.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from spearpy import _json, abi
+from spearpy.audio.budget import OVER_BUDGET, audio_budget
+from spearpy.audio.params import ParamError, parse
+from spearpy.audio.pump import Pump
+from spearpy.audio.select import SourceError, open_source
+from spearpy.audio.userstream import StreamPuller
+from spearpy.fds.mic import MicFd
+from spearpy.memory import GuestFault
+from spearpy.observe import events as ev
+
+if TYPE_CHECKING:
+    from spearpy.instance import GuestRun
+
+MIC_CTL_SET_PARAM: Final = 1
+MIC_CTL_GET_STATUS: Final = 2
+# Room for SPEAR's largest stub (10 MiB of PCM, as base64) and the rest.
+MAX_MIC_PARAM_BYTES: Final = 14 << 20
+
+
+def mic_create(run: GuestRun) -> int:
+    return run.fds.open(MicFd(run.interrupts.waker))
+
+
+def mic_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+    entry = run.fds.get(fd, MicFd)
+    if entry is None:
+        return abi.EBADF
+    try:
+        if cmd == MIC_CTL_SET_PARAM:
+            return _set_param(run, entry, arg_ptr, arg_len_ptr)
+        if cmd == MIC_CTL_GET_STATUS:
+            return run.memory.write_out(arg_ptr, arg_len_ptr,
+                                        _json.compact_bytes(entry.status()))
+    except GuestFault:
+        return abi.EFAULT
+    return abi.EINVAL
+
+
+def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> int:
+    length = run.memory.read_u32(arg_len_ptr)
+    run.memory.check(arg_ptr, length)
+    if length > MAX_MIC_PARAM_BYTES:
+        return abi.EINVAL  # before reading it
+    run.reserve_bytes(length, "mic params")
+    try:
+        params = parse(_json.loads(run.memory.read(arg_ptr, length)))
+    except (UnicodeDecodeError, json.JSONDecodeError, ParamError):
+        return abi.EINVAL
+    if params.stub_pcm16 is not None:
+        run.charge(len(params.stub_pcm16), "a mic stub")
+        entry.stub_pcm16 = params.stub_pcm16
+    elif entry.stub_pcm16 is not None:
+        params = dataclasses.replace(params, stub_pcm16=entry.stub_pcm16)
+    # The largest queue a guest may ask for is what the host keeps for it.
+    queue = params.max_queue_bytes
+    if queue is not None:
+        queue = min(queue, run.config.max_host_bytes)
+    generation = entry.restart(params.fmt, queue)
+    try:
+        source = open_source(params, dirs=run.options.dirs, mic_file=run.config.mic_file,
+                             realtime=run.config.mic_pace == "realtime",
+                             streams=run.options.streams)
+    except SourceError as exc:
+        entry.fail_start(exc.message)
+        return exc.errno
+    if isinstance(source, StreamPuller):
+        entry.attach(source.name, puller=source)
+    else:
+        pump = Pump(source, entry, generation, params.fmt.frame_ms)
+        entry.attach(source.name, worker=pump)
+        pump.start()
+    return 0
+
+
+def mic_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
+    entry = run.fds.get(fd, MicFd)
+    if entry is None:
+        return abi.EBADF
+    frame = entry.head()
+    if frame is None:
+        return abi.EAGAIN
+    fmt = entry.config
+    seconds = fmt.seconds(len(frame)) if fmt is not None else 0.0
+    budget = audio_budget(run)
+    if not budget.charge(len(frame), seconds):
+        return _over_budget(run, fd, entry)
+    try:
+        rc = run.memory.write_out(out_ptr, out_len_ptr, frame)
+    except GuestFault:
+        rc = abi.EFAULT
+    if rc < 0:
+        budget.refund(len(frame), seconds)
+        return rc
+    entry.take(frame)
+    return rc
+
+
+def _over_budget(run: GuestRun, fd: int, entry: MicFd) -> int:
+    budget = audio_budget(run)
+    limit = budget.exceeded or "max_audio_bytes"
+    if entry.last_error is None:
+        entry.halt(f"audio limit reached: {limit} ({budget.limit_value():g} per run)")
+    if not budget.reported:
+        budget.reported = True
+        run.events.emit(ev.LIMIT_HIT, fd, limit=limit, value=budget.limit_value())
+    return OVER_BUDGET
+
+
+def mic_close(run: GuestRun, fd: int) -> int:
+    entry = run.fds.lookup(fd)
+    if entry is not None and not isinstance(entry, MicFd):
+        return abi.EBADF
+    return run.fds.close(fd)
+
 
 # name -> (number of i32 params, implementation); all return i32.
-MIC_HOSTCALLS: Final[dict[str, tuple[int, Callable[..., int]]]] = {}
+MIC_HOSTCALLS: Final[dict[str, tuple[int, Callable[..., int]]]] = {
+    "mic_create": (0, mic_create),
+    "mic_ctl": (4, mic_ctl),
+    "mic_read": (3, mic_read),
+    "mic_close": (1, mic_close),
+}
