@@ -1,15 +1,17 @@
 """Bounds-checked access to a guest's linear memory and the out-buffer protocol.
 
-Every access re-reads the memory's length (one foreign call, no Python
-wrapper), because a guest may grow its memory between two hostcalls. The base
-address is read once: the Host's Engine is configured with
-`memory_may_move = False`, so a memory grows in place and never relocates
-(a moved memory would leave a cached base dangling and crash the host).
+A guest may grow its memory between two hostcalls, never shrink it: an access
+is checked against the largest length seen so far and the length is read
+afresh (one foreign call) only when that check fails. The base address is read
+once: the Host's Engine is configured with `memory_may_move = False`, so a
+memory grows in place and never relocates (a moved memory would leave the
+cached window dangling and crash the host).
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import TYPE_CHECKING
 
 from spearpy import abi
@@ -18,9 +20,6 @@ from spearpy._native import memory_data, memory_data_size, memory_handles
 if TYPE_CHECKING:
     import wasmtime
 
-_U32_AT = ctypes.c_uint32.from_address
-_string_at = ctypes.string_at
-_memmove = ctypes.memmove
 U32_MAX = 0xFFFFFFFF
 
 
@@ -34,15 +33,36 @@ def _outside(ptr: int, length: int, size: int) -> GuestFault:
     return GuestFault(f"[{ptr}, {ptr + length}) is outside guest memory of {size} bytes")
 
 
+# The most a wasm32 memory can address: the length of the window below.
+_WINDOW_BYTES = 1 << 32
+_U32 = struct.Struct("<I")
+
+
 class GuestMemory:
-    __slots__ = ("_base_address", "_ctx", "_mem", "_memory", "_store")
+    """Checked reads and writes of one run's linear memory.
+
+    Two facts keep the common path to a few Python operations, with no
+    foreign call: a memory never moves (the Engine's `memory_may_move` is off),
+    so one window (a memoryview of the whole wasm32 address range at the base)
+    serves every access; and a memory never shrinks, so a length read once is
+    a lower bound forever: an access inside it is inside the memory, and only
+    one past it pays for a fresh read of the length. Every index into the
+    window is checked against a length the memory has or had, never against
+    the window's own (most of it is not mapped).
+    """
+
+    __slots__ = ("_bytes", "_ctx", "_known", "_mem", "_memory", "_store", "_view")
 
     def __init__(self, store: wasmtime.Store, memory: wasmtime.Memory | None) -> None:
         # The references keep the addresses below valid.
         self._store = store
         self._memory = memory
         self._ctx, self._mem = memory_handles(store, memory) if memory is not None else (0, 0)
-        self._base_address = 0
+        self._known = 0  # bytes the memory is known to have (it only grows)
+        self._view: memoryview | None = None
+        # The same window as a ctypes array: slicing it is the cheapest read
+        # into bytes (one copy, no intermediate view).
+        self._bytes: ctypes.Array[ctypes.c_char] | None = None
 
     @property
     def available(self) -> bool:
@@ -58,85 +78,99 @@ class GuestMemory:
         if self._memory is None:
             raise GuestFault("the guest exports no memory")
         size: int = memory_data_size(self._ctx, self._mem)
+        self._known = size
         return size
 
-    def _base(self) -> int:
-        """The memory's host address (fixed: memories never move, see above).
-        Call _size() first: it is what refuses a guest without a memory."""
-        base = self._base_address
-        if not base:
-            base = self._base_address = memory_data(self._ctx, self._mem) or 0
-        return base
+    def _window(self) -> memoryview:
+        """The memoryview at the memory's base (fixed: memories never move).
+        Call it only after a check against the memory's length has passed:
+        that is what refuses a guest without a memory."""
+        view = self._view
+        if view is None:
+            base = memory_data(self._ctx, self._mem) or 0
+            window = self._bytes = (ctypes.c_char * _WINDOW_BYTES).from_address(base)
+            view = self._view = memoryview(window).cast("B")
+        return view
 
-    @staticmethod
-    def _within(ptr: int, length: int, size: int) -> int:
-        """`ptr` as an unsigned offset, if [ptr, ptr+length) lies inside `size`."""
+    def _slice(self, ptr: int, length: int) -> bytes:
+        """Bytes at a checked [ptr, ptr+length)."""
+        window = self._bytes
+        if window is None:
+            self._window()
+            window = self._bytes
+            assert window is not None
+        data: bytes = window[ptr:ptr + length]  # type: ignore[assignment]  # c_char: bytes
+        return data
+
+    def _fit(self, ptr: int, length: int) -> int:
+        """`ptr` as an unsigned offset, if [ptr, ptr+length) lies inside the
+        memory; the length is read afresh only when the known one is short."""
         ptr &= U32_MAX  # wasm32 pointers are unsigned; i32 params arrive signed
-        if length < 0 or ptr + length > size:
-            raise _outside(ptr, length, size)
+        if length < 0 or ptr + length > self._known:
+            size = self._size()  # first: it checks there is a memory
+            if length < 0 or ptr + length > size:
+                raise _outside(ptr, length, size)
         return ptr
-
-    def _address(self, ptr: int, length: int) -> int:
-        """The host address of [ptr, ptr+length), checked against the memory's
-        length as it is now (guest code can grow a memory, never shrink it)."""
-        offset = self._within(ptr, length, self._size())  # first: it checks there is a memory
-        return self._base() + offset
 
     def check(self, ptr: int, length: int) -> None:
         """GuestFault unless [ptr, ptr+length) is inside memory; nothing is
         copied (a hostcall checks bounds before it weighs a length's size)."""
-        self._within(ptr, length, self._size())
+        self._fit(ptr, length)
 
     def check_pair(self, ptr1: int, len1: int, ptr2: int, len2: int) -> None:
-        size = self._size()
-        self._within(ptr1, len1, size)
-        self._within(ptr2, len2, size)
+        self._fit(ptr1, len1)
+        self._fit(ptr2, len2)
 
     def read(self, ptr: int, length: int) -> bytes:
-        address = self._address(ptr, length)
-        return _string_at(address, length) if length else b""
+        ptr = self._fit(ptr, length)
+        return self._slice(ptr, length)
 
     def read_pair(self, ptr1: int, len1: int, ptr2: int, len2: int) -> tuple[bytes, bytes]:
-        """Two reads against one look at the memory (hostcalls taking two buffers)."""
-        size = self._size()
-        ptr1, ptr2 = self._within(ptr1, len1, size), self._within(ptr2, len2, size)
-        base = self._base()
-        return (_string_at(base + ptr1, len1) if len1 else b"",
-                _string_at(base + ptr2, len2) if len2 else b"")
+        """Two reads (hostcalls taking two buffers): both checked first."""
+        # Inlined _fit and _slice: this is every cchat_write_msg's path.
+        ptr1 &= U32_MAX
+        ptr2 &= U32_MAX
+        if len1 < 0 or len2 < 0 or ptr1 + len1 > self._known or ptr2 + len2 > self._known:
+            ptr1, ptr2 = self._fit(ptr1, len1), self._fit(ptr2, len2)
+        window = self._bytes
+        if window is None:
+            return self._slice(ptr1, len1), self._slice(ptr2, len2)
+        first: bytes = window[ptr1:ptr1 + len1]  # type: ignore[assignment]
+        second: bytes = window[ptr2:ptr2 + len2]  # type: ignore[assignment]
+        return first, second
 
     def write_with_u32(self, ptr: int, data: bytes, word_ptr: int, word: int) -> None:
-        """`data` at ptr and a u32 at word_ptr, against one look at the memory
-        (a tool call's arguments and its output capacity)."""
-        size = self._size()
-        ptr, word_ptr = self._within(ptr, len(data), size), self._within(word_ptr, 4, size)
-        base = self._base()
-        if data:
-            (ctypes.c_char * len(data)).from_address(base + ptr).raw = data
-        _U32_AT(base + word_ptr).value = word & U32_MAX
+        """`data` at ptr and a u32 at word_ptr, both checked first (a tool
+        call's arguments and its output capacity)."""
+        ptr, word_ptr = self._fit(ptr, len(data)), self._fit(word_ptr, 4)
+        view = self._window()
+        view[ptr:ptr + len(data)] = data
+        _U32.pack_into(view, word_ptr, word & U32_MAX)
 
     def read_counted(self, word_ptr: int, ptr: int, capacity: int) -> tuple[int, bytes | None]:
         """The u32 length at word_ptr and, when it is within `capacity`, that
         many bytes at ptr (None when it is not): a tool's output."""
-        size = self._size()
-        base = self._base()
-        length: int = _U32_AT(base + self._within(word_ptr, 4, size)).value
+        word_ptr = self._fit(word_ptr, 4)
+        view = self._window()
+        length: int = _U32.unpack_from(view, word_ptr)[0]
         if length > capacity:
             return length, None
-        ptr = self._within(ptr, length, size)
-        return length, (ctypes.c_char * length).from_address(base + ptr).raw if length else b""
+        ptr = self._fit(ptr, length)
+        return length, self._slice(ptr, length)
 
     def write(self, ptr: int, data: bytes) -> None:
-        address = self._address(ptr, len(data))
-        if data:
-            _memmove(address, data, len(data))
+        ptr = self._fit(ptr, len(data))
+        self._window()[ptr:ptr + len(data)] = data
 
     def read_u32(self, ptr: int) -> int:
         # Little-endian like wasm: every host spearpy supports is little-endian.
-        value: int = _U32_AT(self._address(ptr, 4)).value
+        ptr = self._fit(ptr, 4)
+        value: int = _U32.unpack_from(self._window(), ptr)[0]
         return value
 
     def write_u32(self, ptr: int, value: int) -> None:
-        _U32_AT(self._address(ptr, 4)).value = value & U32_MAX
+        ptr = self._fit(ptr, 4)
+        _U32.pack_into(self._window(), ptr, value & U32_MAX)
 
     def write_out(self, out_ptr: int, out_len_ptr: int, payload: bytes) -> int:
         """spear-abi.md 1.1: capacity in, required length back on -28, data untouched."""
