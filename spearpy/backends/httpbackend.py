@@ -41,6 +41,7 @@ from spearpy.backends.streaming import (
     SSEDecoder,
     StreamError,
 )
+from spearpy.chat.history import History
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
 from spearpy.observe.scrub import SecretScrubber
 
@@ -176,10 +177,18 @@ class HTTPBackend(abc.ABC):
         if self._owns_client:
             self._client.close()
 
+    def payload(self, request: CompletionRequest) -> bytes:
+        """The bytes sent: compact JSON of `wire_body`. The history a session
+        keeps encoded is joined in as it is, unless the quirk profile rewrote it."""
+        body = self.wire_body(request)
+        messages = request.messages
+        if isinstance(messages, History) and body.get("messages") is messages:
+            return _json.compact_object_with(body, "messages", messages.encoded())
+        return _json.compact_bytes(body)
+
     def complete(self, request: CompletionRequest) -> CompletionResult:
         started = time.monotonic()
-        payload = json.dumps(self.wire_body(request), separators=(",", ":"),
-                             ensure_ascii=False).encode()
+        payload = self.payload(request)
         final = self._attempt(request, payload)
         if final.retryable and self._retry.max_retries > 0:
             final = self._retry_attempts(request, payload, final)

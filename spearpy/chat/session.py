@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spearpy import _json, abi
+from spearpy.chat.history import History
 from spearpy.chat.normalize import compact_json, normalize_assistant
 from spearpy.chat.params import canonical_key, check_param
 from spearpy.chat.protocol import JSONDict, ToolCall
@@ -30,7 +31,9 @@ def tool_error_content(code: str, message: str) -> str:
 class ChatSession:
     def __init__(self, fd: int, *, id_factory: Callable[[], str] | None = None) -> None:
         self.fd = fd
-        self.messages: list[JSONDict] = []
+        # Append-only, and no message dict is changed once appended: requests
+        # join each message's encoding kept from the first time it was sent.
+        self.messages = History()
         self.params: dict[str, Any] = {}
         self.registry = ToolRegistry()
         # GET_METRICS of the last send: {} unless it ran with ENABLE_METRICS.
