@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,9 +25,14 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client import write_to_textfile as _write_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from spearpy import abi
 from spearpy.observe import events as ev
+
+if TYPE_CHECKING:
+    from spearpy.modcache import ModuleCache
 
 # Completions take from ~100 ms (small model, warm) to minutes (long reasoning).
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -170,6 +176,11 @@ class Metrics:
         elif kind == ev.STREAM_DROP:
             self.stream_drops.labels(str(data.get("reason"))).inc(int(data.get("frames") or 0))
 
+    def watch_module_cache(self, cache: ModuleCache) -> None:
+        """Export a Host's module cache (`host.modules`): hits, misses and
+        evictions as counters, bytes and entries as gauges, read when scraped."""
+        self.registry.register(ModuleCacheCollector(cache))
+
     def write_textfile(self, path: str | os.PathLike[str]) -> None:
         """Write the node_exporter textfile-collector format, atomically."""
         _write_textfile(os.fspath(path), self.registry)
@@ -178,6 +189,31 @@ class Metrics:
         """Serve /metrics over HTTP on a daemon thread; returns (server, thread)."""
         with self._server_lock:
             return start_http_server(port, addr=addr, registry=self.registry)
+
+
+class ModuleCacheCollector(Collector):
+    """The module cache's own counts, read at each scrape: loads are not run
+    events, and the cache keeps its counts under its lock anyway."""
+
+    def __init__(self, cache: ModuleCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._cache.stats()
+        yield CounterMetricFamily("spearpy_module_cache_hits",
+                                  "Module loads answered from the in-memory cache",
+                                  value=stats.hits)
+        yield CounterMetricFamily("spearpy_module_cache_misses",
+                                  "Module loads the in-memory cache could not answer "
+                                  "(compiled or read from the disk cache)", value=stats.misses)
+        yield CounterMetricFamily("spearpy_module_cache_evictions",
+                                  "Modules dropped (or not kept) to stay within "
+                                  "module_cache_bytes", value=stats.evictions)
+        yield GaugeMetricFamily("spearpy_module_cache_bytes",
+                                "Bytes of compiled code the in-memory cache holds",
+                                value=stats.bytes)
+        yield GaugeMetricFamily("spearpy_module_cache_entries",
+                                "Modules the in-memory cache holds", value=stats.entries)
 
 
 def _tool_label(data: dict[str, Any], error: object) -> str:
