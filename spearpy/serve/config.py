@@ -12,6 +12,7 @@ from spearpy.config import HostConfig
 
 TOKEN_ENV = "SPEARPY_SERVE_TOKEN"
 DEFAULT_PORT = 8700
+EXECUTORS = ("threads", "processes", "ray")
 
 
 def default_state_dir() -> Path:
@@ -41,6 +42,11 @@ class ServeConfig:
     replay_buffer: int = 2048  # events per live run kept in memory for late subscribers
     retry_after_s: int = 1
     host: HostConfig | None = None  # None = HostConfig() (flags' env and defaults)
+    # Where runs execute (serve/executors.py): "threads" of this process's
+    # Host, "processes" (worker processes, each with a Host), or "ray".
+    executor: str = "threads"
+    workers: int | None = None  # worker processes / Ray actors; None = by CPUs
+    ray_address: str | None = None  # with executor="ray": "auto", "local", host:port
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1:
@@ -49,6 +55,13 @@ class ServeConfig:
             raise ValueError("grace must not be negative")
         if self.max_body_bytes < 1024:
             raise ValueError("max_body_bytes must be at least 1024")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, "
+                             f"not {self.executor!r}")
+        if self.executor == "ray" and not self.ray_address:
+            raise ValueError("the ray executor needs a cluster address (--ray ADDRESS)")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be at least 1")
         if self.token is not None and len(self.token) < 16:
             # A short token is guessable and, below the Redactor's minimum
             # secret length, would not be scrubbed from what the service returns.

@@ -43,6 +43,9 @@ class LiveRun:
     cancel_reason: str | None = None  # "request" (DELETE) or "shutdown"
     last_seq: int = -1
     final: EventRow | None = None  # the run_end event, held back to commit with the record
+    # The record as stored (request and result as objects), finished once the
+    # run ends: a waiting POST answers from it without reading the store back.
+    row: dict[str, Any] = field(default_factory=dict)
 
 
 class RunManager:
@@ -57,6 +60,7 @@ class RunManager:
         self._metrics = metrics_sink
         self._loop = loop
         self._on_reject = on_reject
+        self._handoff = LoopHandoff(loop)
         self._pool = ThreadPoolExecutor(config.max_concurrent,
                                         thread_name_prefix="spearpy-serve-run")
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
@@ -99,14 +103,21 @@ class RunManager:
                            "loop_limits": {"max_iterations": host.config.max_iterations,
                                            "max_tool_calls": host.config.max_tool_calls},
                            "model": request.model, "backend": request.backend}}
+        live.row = row
+        # The run starts while its record is committed: the writer commits in
+        # order, so the record still lands before any of the run's events.
+        inserted = self._store.insert_run(row)
         try:
-            await asyncio.wrap_future(self._store.insert_run(row))
             future = self._pool.submit(self._execute, live, host, module, request, limits)
-            future.add_done_callback(_report_failure)
         except BaseException:
             self.live.pop(run_id, None)
             self._hub.publish(run_id, [], ended=True)
             raise
+        future.add_done_callback(_report_failure)
+        # Answered only once the record is on disk: a client that got the id
+        # must find the run. A failed insert fails the request; the run
+        # then ends on its own, its events and end unrecorded.
+        await asyncio.wrap_future(inserted)
         return live
 
     def cancel(self, run_id: str, reason: str) -> bool:
@@ -134,6 +145,7 @@ class RunManager:
             error = exc
         finally:
             fields, final = self._final(live, result, error)
+            live.row = {**live.row, **fields}
             self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
                 self._ended, live, final))
             self.give_slot()
@@ -148,8 +160,7 @@ class RunManager:
             self._hub.publish, live.id, [row]))
 
     def _to_loop(self, fn: Any, *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
-            self._loop.call_soon_threadsafe(fn, *args)
+        self._handoff.post(fn, *args)
 
     def _final(self, live: LiveRun, result: RunResult | None,
                error: BaseException | None) -> tuple[dict[str, Any], EventRow]:
@@ -209,6 +220,34 @@ class RunManager:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+class LoopHandoff:
+    """Calls from other threads run on the loop, many per wake-up: each
+    `call_soon_threadsafe` writes the loop's self-pipe and wakes it, and a
+    store batch of many runs' events would otherwise cost one wake-up each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+
+    def post(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            self._calls.append((fn, args))
+            if len(self._calls) > 1:
+                return  # a wake-up is already on its way and will run this too
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+            self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:  # one subscriber's problem must not drop the others' events
+                _log.exception("serve: a hand-off to the event loop failed")
 
 
 def _effective(host: Host, limits: dict[str, Any]) -> dict[str, Any]:

@@ -62,6 +62,10 @@ def parse_request(body: Any) -> RunRequest:
 def check_limits(requested: dict[str, int | float], host: HostConfig) -> dict[str, Any]:
     """The run's limits: a request may only tighten the operator's (the
     service's own --timeout, --fuel, ... are the maxima)."""
+    if not requested:
+        # Nothing to check, and validating a HostConfig reads the environment
+        # (pydantic-settings): most of a short run's request cost, measured.
+        return {}
     unknown = sorted(set(requested) - RUN_LIMITS)
     if unknown:
         raise Problem(422, f"unknown limit {unknown[0]!r}; a run may set "
