@@ -1,4 +1,4 @@
-"""What every HTTP backend shares: one httpx client, retries, limits, errors as values.
+"""What every HTTP backend shares: one connection pool (wire.py), retries, limits, errors as values.
 
 A dialect (OpenAI chat completions, Anthropic Messages) subclasses
 `HTTPBackend` and supplies three pure steps: `encode` (CompletionRequest ->
@@ -20,9 +20,8 @@ import abc
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import httpx
 import tenacity
@@ -37,10 +36,13 @@ from spearpy.backends.retry import (
     status_is_retryable,
 )
 from spearpy.backends.streaming import (
+    DeltaGuard,
     DeltaSink,
-    SSEDecoder,
+    StreamAssembler,
     StreamError,
+    StreamReader,
 )
+from spearpy.backends.wire import TransportWrapper, Wire
 from spearpy.chat.history import History
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
 from spearpy.observe.scrub import SecretScrubber
@@ -50,7 +52,8 @@ from spearpy.observe.scrub import SecretScrubber
 MAX_RESPONSE_BYTES = 32 << 20
 UPSTREAM_BAD_RESPONSE = "upstream_bad_response"
 
-TransportWrapper = Callable[[httpx.BaseTransport], httpx.BaseTransport]
+__all__ = ["MAX_RESPONSE_BYTES", "DecodeError", "HTTPBackend", "StreamAssembler",
+           "TransportRefusal", "TransportWrapper", "error_details"]
 
 
 class TransportRefusal(Exception):
@@ -117,23 +120,12 @@ class HTTPBackend(abc.ABC):
         self._url = base_url.rstrip("/") + self.path
         self._timeout = request_timeout
         self._retry = retry or RetryPolicy()
-        self._owns_client = client is None
-        if client is None:
-            limits = httpx.Limits(max_connections=max_connections,
-                                  max_keepalive_connections=max_connections)
-            transport: httpx.BaseTransport = httpx.HTTPTransport(limits=limits)
-            if wrap_transport is not None:
-                transport = wrap_transport(transport)
-            client = httpx.Client(
-                transport=transport,
-                follow_redirects=False,
-                trust_env=False,  # proxies from the environment must not see the key
-            )
-        self._client = client
         key = os.environ.get(api_key_env, "") if api_key_env else ""
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self._headers.update(self.auth_headers(key))
+        self._wire = Wire(self._url, self._headers, client=client,
+                          max_connections=max_connections, wrap_transport=wrap_transport)
         # An upstream (or a proxy in front of it) that echoes the key in a
         # body or an error would hand it to the guest, in any JSON spelling.
         self._scrubber = SecretScrubber([key] if key else [])
@@ -174,8 +166,7 @@ class HTTPBackend(abc.ABC):
         return request.stream and self.stream_assembler(None) is not None
 
     def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        self._wire.close()
 
     def payload(self, request: CompletionRequest) -> bytes:
         """The bytes sent: compact JSON of `wire_body`. The history a session
@@ -267,8 +258,8 @@ class HTTPBackend(abc.ABC):
             # dripping a byte at a time kept a request (and its run) alive
             # past both the request timeout and the run deadline.
             give_up = time.monotonic() + timeout
-            with self._client.stream("POST", self._url, content=payload, headers=self._headers,
-                                     timeout=timeout) as response:
+            response = self._wire.post(payload, timeout)
+            try:
                 raw = bytearray()
                 stream = self._stream_reader(request, response)
                 for chunk in response.iter_bytes():
@@ -290,6 +281,8 @@ class HTTPBackend(abc.ABC):
                 # Only a failure reads headers (Retry-After); dict(httpx.Headers)
                 # is quadratic in the header count and costs ~20 us a reply.
                 headers = {} if 200 <= status < 300 else dict(response.headers.items())
+            finally:
+                response.close()
         except TransportRefusal as exc:
             return self._fail(request, exc.code, exc.message)
         except httpx.TimeoutException as exc:
@@ -313,7 +306,7 @@ class HTTPBackend(abc.ABC):
         return self._interpret(request, status, headers, self._scrubber.raw(bytes(raw)))
 
     def _stream_reader(self, request: CompletionRequest,
-                       response: httpx.Response) -> _StreamReader | None:
+                       response: httpx.Response) -> StreamReader | None:
         """A reader for a 2xx event stream we asked for; None for anything else
         (an error body, or a server that ignored `stream` and sent JSON)."""
         if not request.stream or not 200 <= response.status_code < 300:
@@ -321,9 +314,9 @@ class HTTPBackend(abc.ABC):
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return None
         sink = request.on_delta
-        guard = _DeltaGuard(self._scrubber, sink) if sink is not None else None
+        guard = DeltaGuard(self._scrubber, sink) if sink is not None else None
         assembler = self.stream_assembler(guard.feed if guard is not None else None)
-        return None if assembler is None else _StreamReader(self._scrubber, assembler, guard)
+        return None if assembler is None else StreamReader(self._scrubber, assembler, guard)
 
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes, streamed: JSONDict | None = None) -> _Attempt:
@@ -356,67 +349,6 @@ class HTTPBackend(abc.ABC):
         model = completion.get("model")
         model = model if isinstance(model, str) and model else request.model
         return _Attempt(CompletionResult(self.name, model, body=completion), retryable=False)
-
-
-class StreamAssembler(Protocol):
-    done: bool
-
-    def event(self, payload: bytes) -> None: ...
-
-    def body(self) -> JSONDict: ...
-
-
-class _StreamReader:
-    """Feeds a streamed reply's events, secrets removed, to the dialect's assembler."""
-
-    def __init__(self, scrubber: SecretScrubber, assembler: StreamAssembler,
-                 guard: _DeltaGuard | None) -> None:
-        self._decoder = SSEDecoder()
-        self._scrubber = scrubber
-        self._assembler = assembler
-        self._guard = guard
-
-    def feed(self, chunk: bytes) -> None:
-        for payload in self._decoder.feed(chunk):
-            self._assembler.event(self._scrubber.raw(payload))
-
-    def finish(self) -> JSONDict:
-        for payload in self._decoder.close():
-            self._assembler.event(self._scrubber.raw(payload))
-        if self._guard is not None:
-            self._guard.flush()
-        return self._assembler.body()
-
-
-class _DeltaGuard:
-    """Passes streamed text on with secrets removed, even a secret split across
-    deltas: the last few characters wait for the next delta (or the end)
-    before they are scrubbed and sent."""
-
-    def __init__(self, scrubber: SecretScrubber, sink: DeltaSink) -> None:
-        self._scrubber = scrubber
-        self._sink = sink
-        longest = max((len(s) for s in scrubber.secrets), default=0)
-        self._hold = max(longest - 1, 0)
-        # An escaped spelling is up to ~8 characters per character of the key.
-        self._hold_escaped = 8 * longest
-        self._pending = ""
-
-    def feed(self, text: str) -> None:
-        if not self._hold:
-            self._sink(text)
-            return
-        window = self._scrubber.text(self._pending + text)
-        hold = self._hold_escaped if "\\" in window else self._hold
-        if len(window) > hold:
-            self._sink(window[:len(window) - hold])
-            window = window[len(window) - hold:]
-        self._pending = window
-
-    def flush(self) -> None:
-        if self._pending:
-            rest, self._pending = self._scrubber.text(self._pending), ""
-            self._sink(rest)
 
 
 def _reason(exc: BaseException) -> str:

@@ -57,7 +57,7 @@ class OpenAIBackend(HTTPBackend):
 
     def _ask_sole_model(self) -> str | None:
         try:
-            response = self._client.get(self.base_url.rstrip("/") + "/models",
+            response = self._wire.client.get(self.base_url.rstrip("/") + "/models",
                                         headers=self._headers, timeout=MODELS_TIMEOUT_S)
             if response.status_code != 200 or len(response.content) > MAX_MODELS_BYTES:
                 return None

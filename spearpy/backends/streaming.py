@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from spearpy import _json
 from spearpy.chat.protocol import JSONDict
+from spearpy.observe.scrub import SecretScrubber
 
 DeltaSink = Callable[[str], None]
 # Parallel tool calls in one reply; an index past this is a hostile chunk.
@@ -233,3 +234,64 @@ def _object(payload: bytes) -> JSONDict | None:
 def _error_text(error: JSONDict) -> str:
     message = error.get("message")
     return str(message)[:1000] if isinstance(message, str) else "the upstream stream failed"
+
+
+class StreamAssembler(Protocol):
+    done: bool
+
+    def event(self, payload: bytes) -> None: ...
+
+    def body(self) -> JSONDict: ...
+
+
+class StreamReader:
+    """Feeds a streamed reply's events, secrets removed, to the dialect's assembler."""
+
+    def __init__(self, scrubber: SecretScrubber, assembler: StreamAssembler,
+                 guard: DeltaGuard | None) -> None:
+        self._decoder = SSEDecoder()
+        self._scrubber = scrubber
+        self._assembler = assembler
+        self._guard = guard
+
+    def feed(self, chunk: bytes) -> None:
+        for payload in self._decoder.feed(chunk):
+            self._assembler.event(self._scrubber.raw(payload))
+
+    def finish(self) -> JSONDict:
+        for payload in self._decoder.close():
+            self._assembler.event(self._scrubber.raw(payload))
+        if self._guard is not None:
+            self._guard.flush()
+        return self._assembler.body()
+
+
+class DeltaGuard:
+    """Passes streamed text on with secrets removed, even a secret split across
+    deltas: the last few characters wait for the next delta (or the end)
+    before they are scrubbed and sent."""
+
+    def __init__(self, scrubber: SecretScrubber, sink: DeltaSink) -> None:
+        self._scrubber = scrubber
+        self._sink = sink
+        longest = max((len(s) for s in scrubber.secrets), default=0)
+        self._hold = max(longest - 1, 0)
+        # An escaped spelling is up to ~8 characters per character of the key.
+        self._hold_escaped = 8 * longest
+        self._pending = ""
+
+    def feed(self, text: str) -> None:
+        if not self._hold:
+            self._sink(text)
+            return
+        window = self._scrubber.text(self._pending + text)
+        hold = self._hold_escaped if "\\" in window else self._hold
+        if len(window) > hold:
+            self._sink(window[:len(window) - hold])
+            window = window[len(window) - hold:]
+        self._pending = window
+
+    def flush(self) -> None:
+        if self._pending:
+            rest, self._pending = self._scrubber.text(self._pending), ""
+            self._sink(rest)
