@@ -157,6 +157,19 @@ class HostConfig(BaseSettings):
             raise ValueError(problem)
         return value
 
+    @field_validator("rtasr_url")
+    @classmethod
+    def _rtasr_url_is_a_ws_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        # A leaf import: config is below everything that would use asr.
+        from spearpy.asr.protocol import ws_url_problem
+
+        problem = ws_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     def limit_policy(self) -> LimitPolicy:
         return LimitPolicy(
             default_max_iterations=self.max_iterations,

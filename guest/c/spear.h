@@ -18,6 +18,7 @@
 #ifndef SPEAR_GUEST_H
 #define SPEAR_GUEST_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -623,6 +624,105 @@ static inline uint8_t *sp_user_stream_read_alloc(int32_t fd, uint32_t *out_len) 
     if (sp_stream_read(fd, &b) < 0) { sp_buf_free(&b); return NULL; }
     *out_len = (uint32_t)b.len;
     return (uint8_t *)b.data;
+}
+
+/* ---- audio in (SPEAR's mic_* and rtasr_*) -------------------------------
+ * A mic fd hands out PCM frames (one per mic_read); an rtasr fd takes PCM
+ * (rtasr_write returns the bytes queued, SP_EAGAIN when its send queue is
+ * full) and hands out one JSON event of the realtime transcription server
+ * per rtasr_read. Both are pollable with sp_epoll_*. docs/audio.md has the
+ * params. Note: errno.h's EAGAIN is WASI's (6), not the ABI's: compare
+ * hostcall results with SP_EAGAIN. */
+enum { SPEAR_MIC_CTL_SET_PARAM = 1, SPEAR_MIC_CTL_GET_STATUS = 2 };
+enum { SPEAR_RTA_CTL_SET_PARAM = 1, SPEAR_RTA_CTL_CONNECT = 2, SPEAR_RTA_CTL_GET_STATUS = 3,
+       SPEAR_RTA_CTL_SEND_EVENT = 4, SPEAR_RTA_CTL_FLUSH = 5, SPEAR_RTA_CTL_CLEAR = 6,
+       SPEAR_RTA_CTL_SET_AUTOFLUSH = 7, SPEAR_RTA_CTL_GET_AUTOFLUSH = 8 };
+
+/* One mic frame, rtasr event or status in a malloc'd buffer (free it),
+ * NUL-terminated past *out_len; NULL on any error, SP_EAGAIN included. */
+enum { SP__AUDIO_MIC_READ, SP__AUDIO_MIC_STATUS, SP__AUDIO_RTASR_READ, SP__AUDIO_RTASR_STATUS };
+static inline uint8_t *sp__audio_read_alloc(int32_t which, int32_t fd, uint32_t *out_len) {
+    uint32_t cap = which == SP__AUDIO_MIC_STATUS || which == SP__AUDIO_RTASR_STATUS ? 8192 : 65536;
+    uint8_t *buf = (uint8_t *)malloc(cap + 1);
+    for (int attempt = 0; buf && attempt < 4; attempt++) {
+        uint32_t len = cap;
+        int32_t rc;
+        switch (which) {
+        case SP__AUDIO_MIC_READ: rc = sp_mic_read(fd, SP_PTR(buf), SP_PTR(&len)); break;
+        case SP__AUDIO_MIC_STATUS:
+            rc = sp_mic_ctl(fd, SPEAR_MIC_CTL_GET_STATUS, SP_PTR(buf), SP_PTR(&len)); break;
+        case SP__AUDIO_RTASR_READ: rc = sp_rtasr_read(fd, SP_PTR(buf), SP_PTR(&len)); break;
+        default: rc = sp_rtasr_ctl(fd, SPEAR_RTA_CTL_GET_STATUS, SP_PTR(buf), SP_PTR(&len));
+        }
+        if (rc >= 0 && len <= cap) {
+            buf[len] = 0;
+            *out_len = len;
+            return buf;
+        }
+        if (rc != SP_ENOSPC || len <= cap) break; /* -28 without asking for more would loop */
+        cap = len;
+        uint8_t *grown = (uint8_t *)realloc(buf, cap + 1);
+        if (!grown) break;
+        buf = grown;
+    }
+    free(buf);
+    return NULL;
+}
+
+static inline int32_t sp_mic_set_param_json(int32_t fd, const char *json, uint32_t json_len) {
+    uint32_t len = json_len;
+    return sp_mic_ctl(fd, SPEAR_MIC_CTL_SET_PARAM, SP_PTR(json), SP_PTR(&len));
+}
+static inline uint8_t *sp_mic_get_status_alloc(int32_t fd, uint32_t *out_len) {
+    return sp__audio_read_alloc(SP__AUDIO_MIC_STATUS, fd, out_len);
+}
+static inline uint8_t *sp_mic_read_alloc(int32_t fd, uint32_t *out_len) {
+    return sp__audio_read_alloc(SP__AUDIO_MIC_READ, fd, out_len);
+}
+
+static inline int32_t sp_rtasr_set_param_json(int32_t fd, const char *json, uint32_t json_len) {
+    uint32_t len = json_len;
+    return sp_rtasr_ctl(fd, SPEAR_RTA_CTL_SET_PARAM, SP_PTR(json), SP_PTR(&len));
+}
+/* {"key": key, "value": ...}: a JSON string (JSON-escaped) or a number. */
+static inline int32_t sp__rtasr_set_param(int32_t fd, const char *key, const char *str,
+                                          uint32_t num) {
+    sp_buf b = SP_BUF_INIT;
+    int32_t rc = SP_ENOMEM;
+    if (!sp_buf_puts(&b, "{\"key\":") && !sp_buf_json_string(&b, key, strlen(key)) &&
+        !sp_buf_puts(&b, ",\"value\":") &&
+        !(str ? sp_buf_json_string(&b, str, strlen(str)) : sp_buf_printf(&b, "%u", num)) &&
+        !sp_buf_puts(&b, "}"))
+        rc = sp_rtasr_set_param_json(fd, b.data, (uint32_t)b.len);
+    sp_buf_free(&b);
+    return rc;
+}
+static inline int32_t sp_rtasr_set_param_string(int32_t fd, const char *key, const char *value) {
+    return sp__rtasr_set_param(fd, key, value ? value : "", 0);
+}
+static inline int32_t sp_rtasr_set_param_u32(int32_t fd, const char *key, uint32_t value) {
+    return sp__rtasr_set_param(fd, key, NULL, value);
+}
+static inline int32_t sp__rtasr_cmd(int32_t fd, int32_t cmd) {
+    uint32_t len = 0;
+    return sp_rtasr_ctl(fd, cmd, 0, SP_PTR(&len));
+}
+static inline int32_t sp_rtasr_connect(int32_t fd) { return sp__rtasr_cmd(fd, SPEAR_RTA_CTL_CONNECT); }
+static inline int32_t sp_rtasr_flush(int32_t fd) { return sp__rtasr_cmd(fd, SPEAR_RTA_CTL_FLUSH); }
+static inline int32_t sp_rtasr_clear(int32_t fd) { return sp__rtasr_cmd(fd, SPEAR_RTA_CTL_CLEAR); }
+static inline int32_t sp_rtasr_set_autoflush_json(int32_t fd, const char *json, uint32_t json_len) {
+    uint32_t len = json_len;
+    return sp_rtasr_ctl(fd, SPEAR_RTA_CTL_SET_AUTOFLUSH, SP_PTR(json), SP_PTR(&len));
+}
+static inline int32_t sp_rtasr_send_event_json(int32_t fd, const char *json, uint32_t json_len) {
+    uint32_t len = json_len;
+    return sp_rtasr_ctl(fd, SPEAR_RTA_CTL_SEND_EVENT, SP_PTR(json), SP_PTR(&len));
+}
+static inline uint8_t *sp_rtasr_read_alloc(int32_t fd, uint32_t *out_len) {
+    return sp__audio_read_alloc(SP__AUDIO_RTASR_READ, fd, out_len);
+}
+static inline uint8_t *sp_rtasr_get_status_alloc(int32_t fd, uint32_t *out_len) {
+    return sp__audio_read_alloc(SP__AUDIO_RTASR_STATUS, fd, out_len);
 }
 
 /* ---- allocator exports (the host's fallback when no arena is set) ------- */

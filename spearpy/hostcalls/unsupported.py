@@ -8,11 +8,6 @@ from typing import Final
 
 # name -> number of i32 params (all return i32)
 UNSUPPORTED: Final[dict[str, int]] = {
-    "rtasr_create": 0,
-    "rtasr_ctl": 4,
-    "rtasr_write": 3,
-    "rtasr_read": 3,
-    "rtasr_close": 1,
     "mic_create": 0,
     "mic_ctl": 4,
     "mic_read": 3,

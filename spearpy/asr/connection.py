@@ -1,0 +1,171 @@
+"""One rtasr fd's realtime WebSocket connection, on threads of its own.
+
+The connect thread opens the connection (bounded by a connect timeout and
+the run's deadline), sends the session update, then becomes the writer: it
+sends what the guest queued, base64 audio as `input_audio_buffer.append`.
+A reader thread hands every server message to the fd, secrets scrubbed.
+websockets' sync client bounds one message (max_size) and what it buffers
+(max_queue); the fd bounds its event queue. The upstream's messages reach
+the guest as they came (SPEAR does the same), JSON or not.
+
+A clean close from the server is HUP; any other end (a dropped TCP
+connection, a refused handshake, a message over the size limit) is ERR with
+a `last_error` saying what happened. Stopping (the guest's close, the run's
+end) never blocks on the network unless flush_on_close asks for the queued
+audio and a commit to be sent first, and then for FLUSH_TIMEOUT_S at most.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from spearpy.asr import protocol
+from spearpy.asr.worker import ThreadWorker
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
+
+    from spearpy.fds.rtasr import RtAsrFd
+    from spearpy.observe.scrub import SecretScrubber
+
+CONNECT_TIMEOUT_S = 20.0  # SPEAR's
+FLUSH_TIMEOUT_S = 2.0
+CLOSE_TIMEOUT_S = 1.0
+MAX_MESSAGE_BYTES = 1 << 20
+# Messages websockets buffers before it stops reading the socket (TCP then
+# pushes back on a flooding server).
+MAX_BUFFERED_MESSAGES = 64
+_IDLE_S = 0.05
+
+
+class RealtimeConnection(ThreadWorker):
+    def __init__(self, fd: RtAsrFd, url: str, headers: dict[str, str], session_event: str,
+                 scrubber: SecretScrubber, deadline: float | None) -> None:
+        super().__init__(fd, "spearpy-rtasr")
+        self._url = url
+        self._headers = headers
+        self._session_event = session_event
+        self._scrubber = scrubber
+        self._deadline = deadline
+        self._flush = False
+        self._ws: ClientConnection | None = None
+
+    def stop(self, flush: bool) -> None:
+        self._flush = flush
+        self._stopping.set()
+        with self._fd.cond:
+            self._fd.cond.notify_all()
+        if flush:
+            # The guest asked for its audio to reach the server before the fd goes.
+            self._done.wait(FLUSH_TIMEOUT_S)
+
+    # ---- threads ---------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            ws = self._connect()
+            if ws is None:
+                return
+            self._ws = ws
+            reader = threading.Thread(target=self._read, args=(ws,), name="spearpy-rtasr-read",
+                                      daemon=True)
+            reader.start()
+            try:
+                self._write(ws)
+            finally:
+                ws.close()
+                reader.join(CLOSE_TIMEOUT_S * 2)
+        except Exception as exc:  # a thread must not die silently: the fd says why
+            self._fd.fail(self._clean(f"rtasr connection failed: {type(exc).__name__}: {exc}"))
+
+    def _connect(self) -> ClientConnection | None:
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+        from websockets.sync.client import connect
+
+        timeout = CONNECT_TIMEOUT_S
+        if self._deadline is not None:
+            timeout = max(0.01, min(timeout, self._deadline - time.monotonic()))
+        try:
+            ws = connect(self._url, additional_headers=self._headers, open_timeout=timeout,
+                         close_timeout=CLOSE_TIMEOUT_S, max_size=MAX_MESSAGE_BYTES,
+                         max_queue=MAX_BUFFERED_MESSAGES, compression=None, proxy=None,
+                         user_agent_header="spearpy")
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            hint = " (check the key in the realtime key variable)" if status in (401, 403) else ""
+            self._fd.fail(f"websocket connect failed: the server refused the handshake "
+                          f"with HTTP {status}{hint}")
+            return None
+        except TimeoutError:
+            self._fd.fail(f"websocket connect timed out after {timeout:.1f} s")
+            return None
+        except (OSError, InvalidHandshake, InvalidURI) as exc:
+            self._fd.fail(self._clean(f"websocket connect failed: {exc}"))
+            return None
+        if self._stopping.is_set() and not self._flush:
+            ws.close()
+            return None
+        ws.send(self._session_event)
+        self._fd.set_connected()
+        return ws
+
+    def _write(self, ws: ClientConnection) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        fd = self._fd
+        flush_until: float | None = None
+        while True:
+            if self._stopping.is_set():
+                if not self._flush:
+                    return
+                if flush_until is None:
+                    flush_until = time.monotonic() + FLUSH_TIMEOUT_S
+                    fd.flush_marker(protocol.COMMIT, pending=True)
+                if time.monotonic() >= flush_until:
+                    return
+            item = fd.next_item(self._stopping, _IDLE_S)
+            if item is None:
+                if flush_until is not None or (self._stopping.is_set() and not self._flush):
+                    return  # flushed: everything queued went out, the commit last
+                continue
+            try:
+                ws.send(protocol.append(item) if isinstance(item, bytes) else item)
+            except ConnectionClosed:
+                return  # the reader reports how it ended
+
+    def _read(self, ws: ClientConnection) -> None:
+        from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
+
+        fd = self._fd
+        try:
+            for message in ws:
+                data = message.encode("utf-8", "surrogatepass") if isinstance(message, str) \
+                    else message
+                fd.push_event(self._scrubber.raw(data))
+        except ConnectionClosedOK:
+            pass
+        except ConnectionClosedError as exc:
+            if not self._stopping.is_set():
+                fd.fail(self._clean(_closed_reason(exc)))
+            return
+        if not self._stopping.is_set():
+            fd.hang_up()
+
+    def _clean(self, text: str) -> str:
+        return self._scrubber.text(text)
+
+
+def _closed_reason(exc: Exception) -> str:
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, ConnectionClosed):
+        rcvd, sent = exc.rcvd, exc.sent
+        if rcvd is None and sent is not None and sent.code == 1009:
+            return f"websocket closed: a server message was over {MAX_MESSAGE_BYTES} bytes"
+        if rcvd is None:
+            return "websocket closed: the connection dropped without a close frame"
+        reason = f" ({rcvd.reason})" if rcvd.reason else ""
+        return f"websocket closed by the server with code {rcvd.code}{reason}"
+    return f"websocket read failed: {exc}"
