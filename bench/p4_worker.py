@@ -1,6 +1,10 @@
 """One P4 measurement in a fresh process: N guests (or N bare httpx clients)
 on N threads, each making SENDS requests; prints a JSON line with the wall
-time and the peak RSS the run added. `python -m bench.p4_worker N SENDS URL [--bare]`."""
+time, its start and end (perf_counter: CLOCK_MONOTONIC, the same clock in
+every process) and the peak RSS the run added.
+`python -m bench.p4_worker N SENDS URL [--bare] [--wait]`: with --wait it
+prints "ready" once warmed up and starts when a line arrives on stdin, so
+several workers start together."""
 
 from __future__ import annotations
 
@@ -62,14 +66,19 @@ def main(argv: list[str]) -> int:
     threads = [threading.Thread(target=work) for _ in range(n)]
     rss_before = _status_kb("VmRSS")
     peak_reset = _reset_peak()
+    if "--wait" in argv:
+        print("ready", flush=True)
+        sys.stdin.readline()
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - start
+    end = time.perf_counter()
+    wall = end - start
     peak = _status_kb("VmHWM")
-    out = {"n": n, "sends": sends, "wall_s": wall, "rss_before_kb": rss_before,
+    out = {"n": n, "sends": sends, "wall_s": wall, "start": start, "end": end,
+           "rss_before_kb": rss_before,
            "peak_kb": peak, "peak_reset": peak_reset,
            "added_kb_per_guest": max(0, peak - rss_before) / n}
     if not bare and failures:
