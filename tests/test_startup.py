@@ -27,7 +27,8 @@ HANG_GUARD_S = 300
 NOT_AT_START = ("httpx", "httpcore", "tenacity", "jsonschema", "referencing", "structlog",
                 "rich", "pygments", "prometheus_client", "opentelemetry", "ray",
                 "spearpy.batch", "spearpy.backends.httpbackend", "spearpy.backends.openai",
-                "spearpy.backends.replay", "spearpy.observe.metrics", "spearpy.cli.batch")
+                "spearpy.backends.replay", "spearpy.observe.metrics", "spearpy.cli.batch",
+                "numpy", "soxr", "websockets", "spearpy.audio.select")
 
 _REPORT = """
 import json, sys

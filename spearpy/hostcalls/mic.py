@@ -26,8 +26,6 @@ from spearpy import _json, abi
 from spearpy.audio.budget import OVER_BUDGET, audio_budget
 from spearpy.audio.params import ParamError, parse
 from spearpy.audio.pump import Pump
-from spearpy.audio.select import SourceError, open_source
-from spearpy.audio.userstream import StreamPuller
 from spearpy.fds.mic import MicFd
 from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
@@ -80,6 +78,12 @@ def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> i
     if queue is not None:
         queue = min(queue, run.config.max_host_bytes)
     generation = entry.restart(params.fmt, queue)
+    # Here, not at the top: the sources pull in numpy and soxr (~180 ms),
+    # which every run would pay at start-up (the hostcall table imports this
+    # module) though few guests open a microphone.
+    from spearpy.audio.select import SourceError, open_source
+    from spearpy.audio.userstream import StreamPuller
+
     try:
         source = open_source(params, dirs=run.options.dirs, mic_file=run.config.mic_file,
                              realtime=run.config.mic_pace == "realtime",
