@@ -1,0 +1,429 @@
+"""The microphone (issue 20 part A): mic_* hostcalls over real sources.
+
+Speech comes from espeak-ng (a real WAV made at test time, 22050 Hz mono),
+played through the file source and resampled to 24000 and 16000 Hz. The
+hostcalls are driven two ways: one by one from Python through a small WAT
+guest bound to a real GuestRun (tests/wat/mic_probe.wat), and end to end by
+the C guest c_mic_read under `spearpy run` and Host.run.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spearpy import abi
+from spearpy.audio.budget import EDQUOT
+from spearpy.instance import RunOptions
+from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
+from spearpy.outcome import Outcome
+from spearpy.streams import ssf
+from spearpy.streams.hub import StreamHub
+from spearpy.testing.instance import LiveInstance
+from tests.probe import wat_module
+
+ROOT = Path(__file__).resolve().parents[1]
+GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
+HANG_GUARD_S = 120  # only against a hung host; nothing asserts on time
+OUT, LEN, PARAMS, EV = 65536, 16, 1024, 32
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                reason="espeak-ng missing: bash tools/setup.sh --toolchains")
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("speech") / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(path), "the quick brown fox jumps over the lazy dog"],
+                   check=True, timeout=HANG_GUARD_S)
+    return path
+
+
+def rms(pcm: bytes) -> float:
+    samples = struct.unpack(f"<{len(pcm) // 2}h", pcm[:len(pcm) // 2 * 2])
+    return math.sqrt(sum(s * s for s in samples) / max(1, len(samples)))
+
+
+def fnv(data: bytes) -> str:
+    h = 2166136261
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+class Mic(LiveInstance):
+    """The mic hostcalls called as the guest would, on a real GuestRun."""
+
+    def __init__(self, host: Any, options: RunOptions | None = None) -> None:
+        super().__init__(host, host.load(wat_module("mic_probe.wat")),
+                         options or RunOptions(capture_output=True))
+
+    def u32(self, ptr: int, value: int | None = None) -> int:
+        if value is not None:
+            self.run.memory.write(ptr, struct.pack("<I", value))
+        return int(struct.unpack("<I", self.run.memory.read(ptr, 4))[0])
+
+    def create(self) -> int:
+        return int(self.call("p_mic_create"))
+
+    def set(self, fd: int, params: dict[str, Any] | str) -> int:
+        raw = (params if isinstance(params, str) else json.dumps(params)).encode()
+        self.run.memory.write(PARAMS, raw)
+        self.u32(LEN, len(raw))
+        return int(self.call("p_mic_ctl", fd, 1, PARAMS, LEN))
+
+    def status(self, fd: int) -> dict[str, Any]:
+        self.u32(LEN, 60000)
+        rc = int(self.call("p_mic_ctl", fd, 2, OUT, LEN))
+        assert rc > 0, rc
+        value: dict[str, Any] = json.loads(self.run.memory.read(OUT, rc))
+        return value
+
+    def read(self, fd: int, capacity: int = 200000) -> tuple[int, bytes]:
+        self.u32(LEN, capacity)
+        rc = int(self.call("p_mic_read", fd, OUT, LEN))
+        return rc, (self.run.memory.read(OUT, rc) if rc > 0 else b"")
+
+    def wait(self, fd: int, timeout_ms: int) -> int:
+        """The fd's events from a fresh epoll set (0: none within the timeout)."""
+        ep = int(self.call("p_ep_create"))
+        assert int(self.call("p_ep_ctl", ep, abi.EPOLL_CTL_ADD, fd, abi.EPOLLIN)) == 0
+        self.u32(LEN, 8)
+        n = int(self.call("p_ep_wait", ep, EV, LEN, timeout_ms))
+        return self.u32(EV + 4) if n == 1 else 0
+
+    def drain(self, fd: int) -> list[bytes]:
+        """Every frame until EPOLLHUP; asserts the source did not fail."""
+        frames = []
+        while True:
+            events = self.wait(fd, -1)
+            assert not events & abi.EPOLLERR, self.status(fd)
+            if events & abi.EPOLLIN:
+                rc, frame = self.read(fd)
+                assert rc > 0, rc
+                frames.append(frame)
+            elif events & abi.EPOLLHUP:
+                return frames
+
+
+@pytest.fixture
+def mic(make_host: Any) -> Iterator[Any]:
+    made: list[Mic] = []
+
+    def make(options: RunOptions | None = None, **config: Any) -> Mic:
+        m = Mic(make_host(base_url="http://127.0.0.1:9/v1", **config), options)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        for fd, _entry in m.run.fds.entries():
+            m.run.fds.close(fd)
+        m.close()
+
+
+def mic_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("spearpy-mic-")]
+
+
+def run_guest(*args: str, host_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "spearpy", "run", "--quiet", "--no-cache", *host_args,
+           str(GUEST), "--", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
+                          check=False)
+
+
+def summary(stdout: str) -> dict[str, Any]:
+    fields = next(line for line in stdout.splitlines() if line.startswith("frames ")).split()
+    out: dict[str, Any] = {k: int(v) for k, v in zip(fields[0::2], fields[1::2], strict=True)
+                           if k != "fnv"}
+    out["fnv"] = fields[-1]
+    out["end"] = next(line for line in stdout.splitlines() if line.startswith("end: "))[5:]
+    out["status"] = json.loads(next(line for line in stdout.splitlines()
+                                    if line.startswith("status: "))[8:])
+    return out
+
+
+# ---- the stub ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rate", "channels", "ms"), [(16000, 1, 20), (24000, 2, 10),
+                                                      (44100, 1, 10), (8000, 1, 1)])
+def test_stub_silence_frames_are_exactly_one_frame_long(mic: Any, rate: int, channels: int,
+                                                        ms: int) -> None:
+    m = mic()
+    fd = m.create()
+    assert m.set(fd, {"source": "stub", "sample_rate_hz": rate, "channels": channels,
+                      "frame_ms": ms}) == 0
+    for _ in range(3):
+        assert m.wait(fd, -1) & abi.EPOLLIN
+        rc, frame = m.read(fd)
+        assert rc == rate * channels * 2 * ms // 1000 == len(frame)
+        assert frame == bytes(rc)
+    status = m.status(fd)
+    assert status["running"] is True and status["last_error"] is None
+    assert status["config"] == {"sample_rate_hz": rate, "channels": channels, "frame_ms": ms,
+                                "format": "pcm16"}
+    assert status["generation"] == 1 and status["source"] == "stub"
+
+
+def test_stub_loops_the_given_pcm_across_frames(mic: Any) -> None:
+    pattern = bytes(range(1, 15))  # 14 bytes: frames of 320 cut it anywhere
+    m = mic()
+    fd = m.create()
+    assert m.set(fd, {"source": "stub", "sample_rate_hz": 16000, "frame_ms": 10,
+                      "stub_pcm16_base64": base64.b64encode(pattern).decode()}) == 0
+    got = b""
+    for _ in range(4):
+        assert m.wait(fd, -1) & abi.EPOLLIN
+        got += m.read(fd)[1]
+    assert got == (pattern * (len(got) // len(pattern) + 1))[:len(got)] and len(got) == 1280
+
+
+def test_bad_params_are_einval_and_other_fds_ebadf(mic: Any) -> None:
+    m = mic()
+    fd = m.create()
+    for bad in ("{not json", {"format": "f32"}, {"sample_rate_hz": 0}, {"channels": 99},
+                {"frame_ms": 5000}, {"source": "tape"}, {"stub_pcm16_base64": "***"},
+                {"source": "file"}, {"source": "user_stream"}):
+        assert m.set(fd, bad) == abi.EINVAL, bad
+    assert int(m.call("p_mic_ctl", fd, 9, OUT, LEN)) == abi.EINVAL
+    assert m.read(12345)[0] == abi.EBADF and int(m.call("p_mic_close", 12345)) == abi.EBADF
+    assert m.read(fd)[0] == abi.EAGAIN  # never configured: nothing queued
+
+
+# ---- the file source -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", [24000, 16000])
+def test_speech_is_resampled_into_whole_frames_then_hup(mic: Any, speech: Path,
+                                                        rate: int) -> None:
+    m = mic(RunOptions(capture_output=True, dirs=[(str(speech.parent), "/audio")]),
+            mic_pace="fast")
+    fd = m.create()
+    assert m.set(fd, {"source": "file", "path": "/audio/speech.wav", "sample_rate_hz": rate,
+                      "frame_ms": 20}) == 0
+    frames = m.drain(fd)
+    frame_bytes = rate * 2 * 20 // 1000
+    assert {len(f) for f in frames} == {frame_bytes}
+    with wave.open(str(speech)) as w:
+        source_frames, source_rate, original = w.getnframes(), w.getframerate(), \
+            w.readframes(w.getnframes())
+    expected = source_frames * rate / source_rate * 2
+    total = sum(len(f) for f in frames)
+    assert expected - frame_bytes <= total <= expected + frame_bytes
+    # Real speech, not silence nor noise: as loud as the original.
+    assert 0.8 < rms(b"".join(frames)) / rms(original) < 1.25
+    status = m.status(fd)
+    assert status["ended"] is True and status["running"] is False
+    assert m.read(fd)[0] == abi.EAGAIN and m.wait(fd, 0) == abi.EPOLLHUP
+
+
+def test_a_small_buffer_gets_enospc_and_the_frame_stays(mic: Any, speech: Path) -> None:
+    m = mic(RunOptions(capture_output=True, dirs=[(str(speech.parent), str(speech.parent))]),
+            mic_pace="fast")
+    fd = m.create()
+    assert m.set(fd, {"source": "file", "path": str(speech), "sample_rate_hz": 16000}) == 0
+    assert m.wait(fd, -1) & abi.EPOLLIN
+    assert m.read(fd, capacity=10)[0] == abi.ENOSPC and m.u32(LEN) == 640
+    first = m.read(fd)[1]
+    assert len(first) == 640 and m.read(fd)[1] != first  # kept once, then taken
+
+
+def test_paths_outside_the_mounts_are_refused(mic: Any, speech: Path, tmp_path: Path) -> None:
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "escape.wav").symlink_to(speech)  # inside by name, outside for real
+    m = mic(RunOptions(capture_output=True, dirs=[(str(mount), "/audio")]))
+    fd = m.create()
+    for path in (str(speech), "/audio/../" + str(speech), "/audio/escape.wav", "/etc/passwd"):
+        assert m.set(fd, {"source": "file", "path": path}) == abi.EACCES, path
+        status = m.status(fd)
+        assert "outside the run's --dir mounts" in status["last_error"]
+        assert status["running"] is False
+    assert m.wait(fd, 0) == abi.EPOLLERR
+
+
+def _float_wav(path: Path) -> None:
+    """A WAV of 32-bit float samples (format tag 3), which the source refuses."""
+    data = struct.pack("<4f", 0.0, 0.5, -0.5, 0.25)
+    fmt = struct.pack("<HHIIHH", 3, 1, 16000, 64000, 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + \
+        struct.pack("<I", len(data)) + data
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+def test_truncated_and_wrong_format_files_fail_clearly(mic: Any, speech: Path,
+                                                       tmp_path: Path) -> None:
+    raw = speech.read_bytes()
+    (tmp_path / "cut.wav").write_bytes(raw[:len(raw) // 2])
+    (tmp_path / "header.wav").write_bytes(raw[:30])
+    (tmp_path / "text.wav").write_bytes(b"not audio at all, just text" * 10)
+    _float_wav(tmp_path / "float.wav")
+    m = mic(RunOptions(capture_output=True, dirs=[(str(tmp_path), "/a")]))
+    fd = m.create()
+    for name, why in (("cut.wav", "is truncated: its header declares"),
+                      ("header.wav", "truncated inside its WAV header"),
+                      ("text.wav", "is not a PCM WAV file"),
+                      ("float.wav", "is not a PCM WAV file (unknown format: 3)"),
+                      ("missing.wav", "cannot open missing.wav")):
+        assert m.set(fd, {"source": "file", "path": f"/a/{name}"}) == abi.EIO, name
+        assert why in m.status(fd)["last_error"], name
+        assert m.wait(fd, 0) == abi.EPOLLERR
+    assert m.set(fd, {"source": "stub"}) == 0  # the fd is still usable
+    assert m.status(fd)["last_error"] is None
+
+
+def test_the_c_guest_reads_speech_to_hup_at_both_paces(speech: Path) -> None:
+    params = json.dumps({"source": "file", "path": "/audio/speech.wav",
+                         "sample_rate_hz": 24000, "frame_ms": 20, "max_queue_bytes": 4096})
+    results = {}
+    for pace in ("fast", "realtime"):
+        proc = run_guest(params, host_args=("--mic-pace", pace, "--dir",
+                                            f"{speech.parent}:/audio"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        results[pace] = summary(proc.stdout)
+    fast, realtime = results["fast"], results["realtime"]
+    assert fast["end"] == "hup" and fast["frame_min"] == fast["frame_max"] == 960
+    # Fast waits for room in a small queue and loses nothing: the same audio.
+    assert fast["status"]["dropped_frames"] == 0
+    assert (fast["frames"], fast["fnv"]) == (realtime["frames"], realtime["fnv"])
+
+
+# ---- the device --------------------------------------------------------------------------
+
+
+def test_device_without_a_microphone_fails_or_falls_back(mic: Any) -> None:
+    try:
+        import sounddevice  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+        pytest.skip("sounddevice is installed: this machine may have a microphone")
+    except (ImportError, OSError):
+        pass
+    m = mic()
+    fd = m.create()
+    assert m.set(fd, {"source": "device", "fallback": {"to_stub": False}}) == abi.EIO
+    status = m.status(fd)
+    assert "device mic unavailable" in status["last_error"] and status["generation"] == 2
+    assert m.set(fd, {"source": "device", "frame_ms": 10}) == 0  # fallback.to_stub: true
+    assert m.status(fd)["source"] == "stub"
+    assert m.wait(fd, -1) & abi.EPOLLIN and m.read(fd)[0] == 480
+
+
+def test_mic_file_stands_in_for_the_device(speech: Path) -> None:
+    """SPEAR's mic_rtasr asks for a device with to_stub false: --mic-file serves it."""
+    params = json.dumps({"sample_rate_hz": 24000, "channels": 1, "format": "pcm16",
+                         "frame_ms": 20, "source": "device", "fallback": {"to_stub": False}})
+    proc = run_guest(params, host_args=("--mic-file", str(speech), "--mic-pace", "fast"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = summary(proc.stdout)
+    assert result["end"] == "hup" and result["frames"] > 100
+    assert result["status"]["source"] == "file"
+
+
+# ---- the user stream ----------------------------------------------------------------------
+
+
+def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
+    host = make_host(base_url="http://127.0.0.1:9/v1")
+    hub = StreamHub()
+    pieces = [bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate((1, 333, 640, 97))]
+
+    def client() -> None:
+        session = hub.connect()
+        for seq, piece in enumerate(pieces):
+            assert session.push_wait(ssf.build(7, seq, piece), timeout=HANG_GUARD_S)
+        # Closed only once the guest took everything (a session's end drops
+        # what its streams still hold).
+        channel = next(c for c in hub.channels_of(session) if c.stream_id == 7)
+        assert hub.wait_room(lambda: not len(channel.inbound), HANG_GUARD_S)
+        session.close()
+
+    sender = threading.Thread(target=client)
+    sender.start()
+    result = host.run(GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
+                                           "\"sample_rate_hz\":16000,\"frame_ms\":20}"],
+                      streams=hub, limits={"timeout": HANG_GUARD_S})
+    sender.join()
+    assert result.exit_code == 0, result.stdout
+    got = summary(result.stdout.decode())
+    sent = b"".join(pieces)
+    padded = sent + bytes(-len(sent) % 640)  # the tail is padded to a whole frame
+    assert (got["end"], got["bytes"], got["frame_min"], got["frame_max"]) == \
+        ("hup", len(padded), 640, 640)
+    assert got["fnv"] == fnv(padded)
+
+
+# ---- queues, limits, the end of waits and threads -------------------------------------------
+
+
+def test_a_full_queue_drops_the_oldest_frames(mic: Any) -> None:
+    m = mic()
+    fd = m.create()
+    assert m.set(fd, {"source": "stub", "sample_rate_hz": 16000, "frame_ms": 1,
+                      "max_queue_bytes": 64}) == 0  # two 32-byte frames
+    status = m.status(fd)
+    while status["dropped_frames"] < 5:  # no reader: the stub keeps coming
+        assert m.wait(fd, -1) & abi.EPOLLIN
+        m.run.interrupts.wait(0.01)
+        status = m.status(fd)
+    assert status["queue_bytes"] <= status["max_queue_bytes"] == 64
+
+
+@pytest.mark.parametrize(("config", "limit", "frames"), [
+    ({"max_audio_bytes": 6400}, "max_audio_bytes", 10),
+    ({"max_audio_seconds": 0.1}, "max_audio_seconds", 5)])
+def test_the_audio_budget_ends_reading(make_host: Any, config: dict[str, Any], limit: str,
+                                       frames: int) -> None:
+    host = make_host(base_url="http://127.0.0.1:9/v1", **config)
+    events: list[Event] = []
+    result = host.run(GUEST.read_bytes(), ["{\"source\":\"stub\",\"sample_rate_hz\":16000,"
+                                           "\"frame_ms\":20}"], on_event=events.append,
+                      limits={"timeout": HANG_GUARD_S})
+    got = summary(result.stdout.decode())
+    assert result.exit_code == 3 and got["end"] == f"read {EDQUOT}"
+    assert got["frames"] == frames and got["bytes"] == frames * 640
+    assert got["status"]["last_error"].startswith(f"audio limit reached: {limit}")
+    hits = [e.data for e in events if e.kind == LIMIT_HIT]
+    assert hits == [{"limit": limit, "value": config[limit]}]
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str) -> None:
+    """A user-stream mic whose client never comes: the guest waits forever."""
+    host = make_host(base_url="http://127.0.0.1:9/v1")
+    cancel = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if event.kind == RUN_START and how == "cancel":
+            threading.Timer(0.3, cancel.set).start()
+
+    result = host.run(GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":1}"],
+                      streams=StreamHub(), cancel=cancel, on_event=on_event,
+                      limits={"timeout": 0.5 if how == "timeout" else HANG_GUARD_S})
+    assert result.outcome is (Outcome.CANCELLED if how == "cancel" else Outcome.TIMEOUT)
+
+
+def test_close_and_the_runs_end_stop_the_source_thread(mic: Any, make_host: Any) -> None:
+    m = mic()
+    fd = m.create()
+    assert m.set(fd, {"source": "stub", "frame_ms": 5}) == 0
+    assert len(mic_threads()) == 1
+    assert int(m.call("p_mic_close", fd)) == 0
+    assert mic_threads() == []
+    assert int(m.call("p_mic_close", fd)) == 0  # closed twice: 0, as any fd
+    # _start opens a stub mic and returns without closing it.
+    result = make_host(base_url="http://127.0.0.1:9/v1").run(wat_module("mic_probe.wat"))
+    assert result.exit_code == 0
+    assert mic_threads() == []
