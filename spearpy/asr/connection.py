@@ -50,7 +50,7 @@ class RealtimeConnection(ThreadWorker):
         self._scrubber = scrubber
         self._deadline = deadline
         self._flush = False
-        self._ws: ClientConnection | None = None
+        self._connected = False
 
     def stop(self, flush: bool) -> None:
         self._flush = flush
@@ -64,52 +64,48 @@ class RealtimeConnection(ThreadWorker):
     # ---- threads ---------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            ws = self._connect()
-            if ws is None:
-                return
-            self._ws = ws
-            reader = threading.Thread(target=self._read, args=(ws,), name="spearpy-rtasr-read",
-                                      daemon=True)
-            reader.start()
-            try:
-                self._write(ws)
-            finally:
-                ws.close()
-                reader.join(CLOSE_TIMEOUT_S * 2)
-        except Exception as exc:  # a thread must not die silently: the fd says why
-            self._fd.fail(self._clean(f"rtasr connection failed: {type(exc).__name__}: {exc}"))
-
-    def _connect(self) -> ClientConnection | None:
-        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
         from websockets.sync.client import connect
 
         timeout = CONNECT_TIMEOUT_S
         if self._deadline is not None:
             timeout = max(0.01, min(timeout, self._deadline - time.monotonic()))
         try:
-            ws = connect(self._url, additional_headers=self._headers, open_timeout=timeout,
+            with connect(self._url, additional_headers=self._headers, open_timeout=timeout,
                          close_timeout=CLOSE_TIMEOUT_S, max_size=MAX_MESSAGE_BYTES,
                          max_queue=MAX_BUFFERED_MESSAGES, compression=None, proxy=None,
-                         user_agent_header="spearpy")
-        except InvalidStatus as exc:
+                         user_agent_header="spearpy") as ws:
+                self._connected = True
+                self._serve(ws)
+        except Exception as exc:  # a thread must not die silently: the fd says why
+            self._fd.fail(self._clean(self._failure(exc, timeout)))
+
+    def _failure(self, exc: Exception, timeout: float) -> str:
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+        if isinstance(exc, InvalidStatus):
             status = exc.response.status_code
             hint = " (check the key in the realtime key variable)" if status in (401, 403) else ""
-            self._fd.fail(f"websocket connect failed: the server refused the handshake "
-                          f"with HTTP {status}{hint}")
-            return None
-        except TimeoutError:
-            self._fd.fail(f"websocket connect timed out after {timeout:.1f} s")
-            return None
-        except (OSError, InvalidHandshake, InvalidURI) as exc:
-            self._fd.fail(self._clean(f"websocket connect failed: {exc}"))
-            return None
+            return f"websocket connect failed: the server refused the handshake with HTTP " \
+                   f"{status}{hint}"
+        if not self._connected and isinstance(exc, TimeoutError):
+            return f"websocket connect timed out after {timeout:.1f} s"
+        if not self._connected and isinstance(exc, (OSError, InvalidHandshake, InvalidURI)):
+            return f"websocket connect failed: {exc}"
+        return f"rtasr connection failed: {type(exc).__name__}: {exc}"
+
+    def _serve(self, ws: ClientConnection) -> None:
         if self._stopping.is_set() and not self._flush:
-            ws.close()
-            return None
+            return
         ws.send(self._session_event)
         self._fd.set_connected()
-        return ws
+        reader = threading.Thread(target=self._read, args=(ws,), name="spearpy-rtasr-read",
+                                  daemon=True)
+        reader.start()
+        try:
+            self._write(ws)
+        finally:
+            ws.close()
+            reader.join(CLOSE_TIMEOUT_S * 2)
 
     def _write(self, ws: ClientConnection) -> None:
         from websockets.exceptions import ConnectionClosed

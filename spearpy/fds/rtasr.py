@@ -52,7 +52,7 @@ class RtAsrFd(Fd):
                  "hup", "last_audio_at", "last_error", "last_flush_at", "max_recv_queue_bytes",
                  "max_send_queue_bytes", "params", "pending_flush", "recv_queue",
                  "recv_queue_bytes", "segmentation", "send_queue", "send_queue_bytes", "state",
-                 "waker", "worker")
+                 "waker", "want", "worker")
 
     def __init__(self, waker: Waker) -> None:
         super().__init__()
@@ -78,13 +78,16 @@ class RtAsrFd(Fd):
         now = time.monotonic()
         self.last_flush_at = self.last_audio_at = now
         self.worker: Worker | None = None
+        self.want = 0  # the size of the write the full queue last refused
 
     # ---- epoll -----------------------------------------------------------
 
     def readiness(self) -> int:
         with self.cond:
             mask = abi.EPOLLIN if self.recv_queue else 0
-            if self.send_queue_bytes < self.max_send_queue_bytes and \
+            # SPEAR's test is `queued < max`; here the write the queue last
+            # refused must fit, so a guest retrying on EPOLLOUT does not spin.
+            if self.send_queue_bytes + max(self.want, 1) <= self.max_send_queue_bytes and \
                     self.state not in (DRAINING, CLOSED, ERROR):
                 mask |= abi.EPOLLOUT
             if self.state == ERROR:
@@ -104,7 +107,9 @@ class RtAsrFd(Fd):
         with self.cond:
             n = len(item)
             if self.send_queue_bytes + n > self.max_send_queue_bytes:
+                self.want = n
                 return False
+            self.want = 0
             self.send_queue.append(item)
             self.send_queue_bytes += n
             now = time.monotonic()

@@ -186,6 +186,7 @@ def rtasr_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
     if length > entry.max_send_queue_bytes:
         return abi.EINVAL
     if entry.send_queue_bytes + length > entry.max_send_queue_bytes:
+        entry.want = length  # EPOLLOUT once this write fits
         return abi.EAGAIN  # only the connection's thread changes it meanwhile, downwards
     if length and not _charge(run, fd, entry, length):
         return _over_budget(run, fd, entry)

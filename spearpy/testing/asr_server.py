@@ -10,7 +10,9 @@ format) transcribes the next phrase of its script: one
 over. Faults, for the hostile-upstream tests, fire once `fault_after_bytes`
 of audio have arrived: `drop` (the TCP connection goes without a close
 frame), `close` (a clean close, code 1000), `flood` (`flood_events` deltas
-at once), `garbage` (a text message that is not JSON and a binary one).
+at once), `garbage` (a text message that is not JSON and a binary one),
+`echo_auth` (an `error` event quoting the Authorization header it got, as a
+careless server's error text might: the host must scrub the key).
 With `api_key` set, a handshake without `Authorization: Bearer <api_key>`
 is refused with HTTP 401.
 """
@@ -32,7 +34,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.sync.server import Server, ServerConnection, serve
 
-Fault = Literal["drop", "close", "flood", "garbage"]
+Fault = Literal["drop", "close", "flood", "garbage", "echo_auth"]
 BYTES_PER_MS = 48  # pcm16 mono at 24 kHz
 REALTIME_PATH = "/v1/realtime?intent=transcription"
 _DELTA = "conversation.item.input_audio_transcription.delta"
@@ -223,6 +225,10 @@ class _Transcriber:
             for i in range(self.server.flood_events):
                 self.send({"type": _DELTA, "item_id": "flood", "content_index": 0,
                            "delta": f"flood{i}"})
+            return True
+        if fault == "echo_auth":
+            auth = self.session.headers.get("authorization", "")
+            self.send({"type": "error", "error": {"message": f"rejected credentials {auth}"}})
             return True
         self.conn.send("}{ this is not JSON")
         self.conn.send(b"\x00\xff\xfe binary")
