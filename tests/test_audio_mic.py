@@ -427,3 +427,23 @@ def test_close_and_the_runs_end_stop_the_source_thread(mic: Any, make_host: Any)
     result = make_host(base_url="http://127.0.0.1:9/v1").run(wat_module("mic_probe.wat"))
     assert result.exit_code == 0
     assert mic_threads() == []
+
+
+def test_hostile_mics_are_bounded(mic: Any) -> None:
+    m = mic()
+    fds = [m.create() for _ in range(17)]
+    for fd in fds[:16]:
+        assert m.set(fd, {"source": "stub", "frame_ms": 1000, "max_queue_bytes": 1 << 40}) == 0
+    assert m.status(fds[0])["max_queue_bytes"] == m.run.config.max_host_bytes // 16
+    assert m.set(fds[16], {"source": "stub"}) == abi.EMFILE
+    assert "at most 16 at once" in m.status(fds[16])["last_error"]
+    assert int(m.call("p_mic_close", fds[0])) == 0
+    assert m.set(fds[16], {"source": "stub", "frame_ms": 10}) == 0  # room again
+    # Pointers outside memory: EFAULT, and the frame is still there.
+    assert int(m.call("p_mic_ctl", fds[16], 1, PARAMS, 1 << 30)) == abi.EFAULT
+    m.u32(LEN, 60000)
+    assert int(m.call("p_mic_ctl", fds[16], 2, 1 << 30, LEN)) == abi.EFAULT
+    assert m.wait(fds[16], -1) & abi.EPOLLIN
+    m.u32(LEN, 100000)
+    assert int(m.call("p_mic_read", fds[16], (32 << 16) - 8, LEN)) == abi.EFAULT
+    assert m.read(fds[16])[0] == 480

@@ -9,7 +9,8 @@ mic_read gives -EAGAIN when no frame is queued, -ENOSPC with the needed
 length when the buffer is too small (the frame is kept), -EBADF for any
 other fd; an unknown ctl command is -EINVAL. spearpy's own: a `file` path
 outside the run's mounts is -EACCES, a `user_stream` source on a run no
-client can reach -ENOTCONN (both with `last_error`), and a read past the
+client can reach -ENOTCONN, a seventeenth mic running at once -EMFILE (all
+with `last_error`), and a read past the
 run's audio budget -EDQUOT (-122, spearpy.audio.budget): the mic stops,
 `last_error` says which limit, the fd reports EPOLLERR, and one limit_hit
 event goes out.
@@ -37,6 +38,11 @@ MIC_CTL_SET_PARAM: Final = 1
 MIC_CTL_GET_STATUS: Final = 2
 # Room for SPEAR's largest stub (10 MiB of PCM, as base64) and the rest.
 MAX_MIC_PARAM_BYTES: Final = 14 << 20
+# Sources running at once in one run (each may be a thread and a full
+# queue): a guest opening a thousand stub mics it never reads gets -EMFILE
+# past this, not a thousand threads. Each queue is at most its share of
+# max_host_bytes, so all of them together stay within it.
+MAX_RUNNING_MICS: Final = 16
 
 
 def mic_create(run: GuestRun) -> int:
@@ -73,10 +79,15 @@ def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> i
         entry.stub_pcm16 = params.stub_pcm16
     elif entry.stub_pcm16 is not None:
         params = dataclasses.replace(params, stub_pcm16=entry.stub_pcm16)
-    # The largest queue a guest may ask for is what the host keeps for it.
+    running = sum(1 for _fd, other in run.fds.entries()
+                  if isinstance(other, MicFd) and other is not entry and other.running)
+    if running >= MAX_RUNNING_MICS:
+        entry.fail_start(f"{running} mics are running in this run; at most "
+                         f"{MAX_RUNNING_MICS} at once")
+        return abi.EMFILE
     queue = params.max_queue_bytes
     if queue is not None:
-        queue = min(queue, run.config.max_host_bytes)
+        queue = min(queue, run.config.max_host_bytes // MAX_RUNNING_MICS)
     generation = entry.restart(params.fmt, queue)
     # Here, not at the top: the sources pull in numpy and soxr (~180 ms),
     # which every run would pay at start-up (the hostcall table imports this
