@@ -416,6 +416,16 @@ def test_close_and_the_runs_end_stop_the_connection(asr: Any, make_host: Any,
     assert int(a.call("p_rtasr_close", fd)) == 0  # closed twice: 0, as any fd
 
 
+def test_a_run_connects_a_bounded_number_of_fds(asr: Any, server: ScriptedAsrServer) -> None:
+    from spearpy.hostcalls.rtasr import MAX_CONNECTIONS_PER_RUN
+
+    a = asr(server)
+    fds = [a.create() for _ in range(MAX_CONNECTIONS_PER_RUN + 1)]
+    assert [a.connect(fd) for fd in fds] == [0] * MAX_CONNECTIONS_PER_RUN + [abi.EMFILE]
+    assert int(a.call("p_rtasr_close", fds[0])) == 0
+    assert a.ctl(fds[-1], 2) == 0  # a closed one makes room
+
+
 @pytest.mark.parametrize("how", ["cancel", "timeout"])
 def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str,
                                                          server: ScriptedAsrServer) -> None:

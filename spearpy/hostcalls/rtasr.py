@@ -16,7 +16,8 @@ realtime URL, so the guest may not choose it); a write larger than the
 whole send queue is -EINVAL (it could never fit: -EAGAIN would make a guest
 retry forever); audio written is charged against the run's audio budget
 (-EDQUOT past it, as mic_read); queue sizes a guest sets are capped at
-16 MiB.
+16 MiB; a run has at most MAX_CONNECTIONS_PER_RUN connected rtasr fds at
+once (connect is -EMFILE past it).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ SET_PARAM, CONNECT, GET_STATUS, SEND_EVENT, FLUSH, CLEAR, SET_AUTOFLUSH, GET_AUT
 # set-param and autoflush JSON are small; send-event is bounded by the send queue.
 MAX_CTL_ARG_BYTES = 64 * 1024
 _GUEST_MAY_NOT_SET = frozenset({"ws_url"})
+MAX_CONNECTIONS_PER_RUN = 16
 
 
 def rtasr_create(run: GuestRun) -> int:
@@ -141,6 +143,10 @@ def _connect(run: GuestRun, entry: RtAsrFd) -> int:
         return abi.EIO
     if entry.worker is not None:
         return 0  # SPEAR: connecting again is a no-op
+    live = sum(1 for _fd, other in run.fds.entries()
+               if isinstance(other, RtAsrFd) and other.can_change())
+    if live >= MAX_CONNECTIONS_PER_RUN:
+        return abi.EMFILE  # each holds threads and a socket: a guest may not open hundreds
     from spearpy.asr.connection import RealtimeConnection
     from spearpy.asr.stub import StubTransport
     from spearpy.observe.scrub import SecretScrubber
