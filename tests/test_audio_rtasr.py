@@ -197,6 +197,28 @@ def test_params_status_and_autoflush_are_spears(asr: Any) -> None:
     assert a.ctl(fd, 3) == abi.EBADF
 
 
+def test_bad_pointers_and_lengths_are_efault_or_einval(asr: Any,
+                                                       server: ScriptedAsrServer) -> None:
+    a = asr(server)
+    fd = a.create()
+    past = a.run.memory.size()
+    assert int(a.call("p_rtasr_ctl", fd, 3, OUT, past)) == abi.EFAULT  # the length word
+    a.u32(LEN, 4096)
+    assert int(a.call("p_rtasr_ctl", fd, 3, past - 10, LEN)) == abi.EFAULT  # the answer
+    assert int(a.call("p_rtasr_ctl", fd, 1, past - 10, LEN)) == abi.EFAULT  # the argument
+    a.u32(LEN, 1 << 30)
+    assert int(a.call("p_rtasr_ctl", fd, 1, ARG, LEN)) == abi.EINVAL  # never read: too long
+    for ptr, length in ((past - 10, 960), (PCM, -1), (PCM, past), (-4, 8)):
+        assert int(a.call("p_rtasr_write", fd, ptr, length)) == abi.EFAULT, (ptr, length)
+    assert a.connect(fd) == 0
+    assert a.wait(fd, -1) & abi.EPOLLIN
+    a.u32(LEN, 4096)
+    assert int(a.call("p_rtasr_read", fd, past - 10, LEN)) == abi.EFAULT
+    assert int(a.call("p_rtasr_read", fd, OUT, past)) == abi.EFAULT
+    assert json.loads(a.next_event(fd))["type"] == "session.created"  # kept through both
+    assert a.status(fd)["send_queue_bytes"] == 0
+
+
 # ---- the connection ---------------------------------------------------------------------
 
 
