@@ -9,6 +9,7 @@ loads with the first tool that has parameters, not with the host.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -144,9 +145,30 @@ def parse_tool_schema(raw: bytes) -> tuple[str, JSONDict]:
     return name, {"type": "function", "function": function}
 
 
+# Distinct schemas whose verdict is kept: a guest registers the same tools in
+# every session it opens, and checking a schema against its metaschema costs
+# ~1 ms (jsonschema walks the whole metaschema), the key ~10 us.
+_VERDICTS_KEPT = 256
+
+
 def schema_problem(parameters: JSONDict) -> str | None:
     """Why a tool's parameters schema cannot be used (None if it can): not a
-    valid JSON Schema, or a $ref loop validation would never leave."""
+    valid JSON Schema, or a $ref loop validation would never leave. The
+    verdict is remembered by the schema's canonical text."""
+    try:
+        key = json.dumps(parameters, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return _schema_problem(parameters)
+    return _schema_problem_of(key)
+
+
+@functools.lru_cache(maxsize=_VERDICTS_KEPT)
+def _schema_problem_of(canonical: str) -> str | None:
+    parameters: JSONDict = json.loads(canonical)
+    return _schema_problem(parameters)
+
+
+def _schema_problem(parameters: JSONDict) -> str | None:
     import jsonschema.validators
     from jsonschema.exceptions import SchemaError
 
