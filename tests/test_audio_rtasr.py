@@ -311,6 +311,20 @@ def test_a_dropped_connection_is_err_with_a_clear_status(asr: Any) -> None:
         assert a.ctl(fd, 2) == abi.EIO
 
 
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_busy_server_is_retried_as_chat_requests_are(asr: Any, retries: int) -> None:
+    with ScriptedAsrServer(PHRASES, refuse_first=2) as server:
+        a = asr(server, max_retries=retries)
+        fd = a.create()
+        assert a.connect(fd) == 0
+        events = a.wait(fd, -1, abi.EPOLLIN | abi.EPOLLERR)
+        assert server.refused == (2 if retries else 1)
+        if retries:
+            assert events == abi.EPOLLIN and a.status(fd)["state"] == "Connected"
+        else:
+            assert events & abi.EPOLLERR and "HTTP 503" in a.status(fd)["last_error"]
+
+
 def test_a_clean_close_is_hup_once_the_queue_is_read(asr: Any) -> None:
     with ScriptedAsrServer(PHRASES, ms_per_phrase=20, fault="close",
                            fault_after_bytes=1920) as server:

@@ -1,7 +1,9 @@
 """One rtasr fd's realtime WebSocket connection, on threads of its own.
 
 The connect thread opens the connection (bounded by a connect timeout and
-the run's deadline), sends the session update, then becomes the writer: it
+the run's deadline; a refused or failed handshake is retried as the chat
+backends retry a request, up to HostConfig.max_retries times with their
+backoff, never past the deadline), sends the session update, then becomes the writer: it
 sends what the guest queued, base64 audio as `input_audio_buffer.append`.
 A reader thread hands every server message to the fd, secrets scrubbed.
 websockets' sync client bounds one message (max_size) and what it buffers
@@ -23,6 +25,12 @@ from typing import TYPE_CHECKING
 
 from spearpy.asr import protocol
 from spearpy.asr.worker import ThreadWorker
+from spearpy.backends.retry import (
+    RetryPolicy,
+    backoff_delay,
+    retry_after_seconds,
+    status_is_retryable,
+)
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -42,8 +50,9 @@ _IDLE_S = 0.05
 
 class RealtimeConnection(ThreadWorker):
     def __init__(self, fd: RtAsrFd, url: str, headers: dict[str, str], session_event: str,
-                 scrubber: SecretScrubber, deadline: float | None) -> None:
+                 scrubber: SecretScrubber, deadline: float | None, max_retries: int = 0) -> None:
         super().__init__(fd, "spearpy-rtasr")
+        self._max_retries = max_retries
         self._url = url
         self._headers = headers
         self._session_event = session_event
@@ -66,18 +75,48 @@ class RealtimeConnection(ThreadWorker):
     def _run(self) -> None:
         from websockets.sync.client import connect
 
-        timeout = CONNECT_TIMEOUT_S
-        if self._deadline is not None:
-            timeout = max(0.01, min(timeout, self._deadline - time.monotonic()))
-        try:
-            with connect(self._url, additional_headers=self._headers, open_timeout=timeout,
-                         close_timeout=CLOSE_TIMEOUT_S, max_size=MAX_MESSAGE_BYTES,
-                         max_queue=MAX_BUFFERED_MESSAGES, compression=None, proxy=None,
-                         user_agent_header="spearpy") as ws:
-                self._connected = True
-                self._serve(ws)
-        except Exception as exc:  # a thread must not die silently: the fd says why
-            self._fd.fail(self._clean(self._failure(exc, timeout)))
+        policy = RetryPolicy(max_retries=self._max_retries)
+        retries = 0
+        while True:
+            timeout = CONNECT_TIMEOUT_S
+            if self._deadline is not None:
+                timeout = max(0.01, min(timeout, self._deadline - time.monotonic()))
+            try:
+                with connect(self._url, additional_headers=self._headers, open_timeout=timeout,
+                             close_timeout=CLOSE_TIMEOUT_S, max_size=MAX_MESSAGE_BYTES,
+                             max_queue=MAX_BUFFERED_MESSAGES, compression=None, proxy=None,
+                             user_agent_header="spearpy") as ws:
+                    self._connected = True
+                    self._serve(ws)
+                return
+            except Exception as exc:  # a thread must not die silently: the fd says why
+                delay = self._retry_delay(exc, policy, retries + 1)
+                if delay is None:
+                    self._fd.fail(self._clean(self._failure(exc, timeout)))
+                    return
+            retries += 1
+            if self._stopping.wait(delay):
+                return
+
+    def _retry_delay(self, exc: Exception, policy: RetryPolicy, retry: int) -> float | None:
+        """How long to wait before connecting again, as the chat backends
+        retry (connection errors, timeouts, 408/409/429/5xx; Retry-After
+        honoured); None when this failure is final."""
+        from websockets.exceptions import InvalidStatus
+
+        if self._connected or retry > policy.max_retries or self._stopping.is_set():
+            return None
+        hint = None
+        if isinstance(exc, InvalidStatus):
+            if not status_is_retryable(exc.response.status_code, None):
+                return None
+            hint = retry_after_seconds(dict(exc.response.headers.raw_items()))
+        elif not isinstance(exc, (OSError, TimeoutError)):
+            return None
+        delay = backoff_delay(policy, retry, hint)
+        if self._deadline is not None and time.monotonic() + delay >= self._deadline:
+            return None
+        return delay
 
     def _failure(self, exc: Exception, timeout: float) -> str:
         from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI

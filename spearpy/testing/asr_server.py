@@ -14,7 +14,7 @@ at once), `garbage` (a text message that is not JSON and a binary one),
 `echo_auth` (an `error` event quoting the Authorization header it got, as a
 careless server's error text might: the host must scrub the key).
 With `api_key` set, a handshake without `Authorization: Bearer <api_key>`
-is refused with HTTP 401.
+is refused with HTTP 401; the first `refuse_first` handshakes get HTTP 503.
 """
 
 from __future__ import annotations
@@ -61,13 +61,15 @@ class ScriptedAsrServer:
     def __init__(self, phrases: Sequence[str] = ("hello from the scripted server",), *,
                  ms_per_phrase: int = 500, api_key: str | None = None,
                  fault: Fault | None = None, fault_after_bytes: int = 0,
-                 flood_events: int = 10_000) -> None:
+                 flood_events: int = 10_000, refuse_first: int = 0) -> None:
         self.phrases = list(phrases)
         self.bytes_per_phrase = max(1, ms_per_phrase * BYTES_PER_MS)
         self.api_key = api_key
         self.fault = fault
         self.fault_after_bytes = fault_after_bytes
         self.flood_events = flood_events
+        self.refuse_first = refuse_first  # handshakes answered 503 before one is accepted
+        self.refused = 0
         self.sessions: list[AsrSession] = []
         self._lock = threading.Lock()
         self._server: Server | None = None
@@ -112,6 +114,10 @@ class ScriptedAsrServer:
     # ---- one connection --------------------------------------------------
 
     def _check_key(self, connection: ServerConnection, request: Request) -> Response | None:
+        with self._lock:
+            if self.refused < self.refuse_first:
+                self.refused += 1
+                return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "busy\n")
         if self.api_key is None:
             return None
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
