@@ -22,7 +22,9 @@ P50_LIMIT, P95_LIMIT, PEAK_LIMIT = 0.07, 0.10, 0.05
 
 
 def _values(row: dict[str, Any], absolute: bool) -> tuple[float | None, float | None]:
-    if absolute or row.get("ratio_p50") is None:
+    """A row without a ratio (its baseline unavailable) has nothing to compare
+    in ratio mode: its raw time against another run's would be noise."""
+    if absolute:
         subject = row.get("subject_time") or {}
         return subject.get("p50"), subject.get("p95")
     return row.get("ratio_p50"), row.get("ratio_p95")
@@ -55,6 +57,10 @@ def compare(old: dict[str, Any], new: dict[str, Any], absolute: bool = False) ->
     return problems
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compare",
                                      description=__doc__.split("\n")[0])
@@ -62,8 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("new", type=Path)
     parser.add_argument("--absolute", action="store_true",
                         help="compare the subjects' own times, not ratios to their baselines")
+    parser.add_argument("--all", action="store_true",
+                        help="print every common row's p50, old -> new, not only regressions")
     args = parser.parse_args(argv)
     old, new = json.loads(args.old.read_text()), json.loads(args.new.read_text())
+    for doc, path in ((old, args.old), (new, args.new)):
+        m = doc.get("machine", {})
+        print(f"{path}: {doc.get('created')} on {m.get('host')}, commit {m.get('commit')}"
+              f"{' (quick)' if doc.get('quick') else ''}")
+    if args.all:
+        before = {r["id"]: r for r in old.get("rows", [])}
+        for row in new.get("rows", []):
+            if row["id"] in before:
+                o50, n50 = _values(before[row["id"]], args.absolute)[0], \
+                    _values(row, args.absolute)[0]
+                print(f"  {row['id']}: {_fmt(o50)} -> {_fmt(n50)}")
     problems = compare(old, new, args.absolute)
     for line in problems:
         print("REGRESSION " + line)

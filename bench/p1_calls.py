@@ -30,6 +30,7 @@ PAYLOAD = ('{"text":"' + "x" * 189 + '"}')  # 200 bytes of JSON arguments
 assert len(PAYLOAD) == 200
 CONTENT = b"y" * 200
 HOSTCALLS_PER_OP = 100
+_MAX_ROLE_LEN = max(len(role) for role in abi.ROLES)
 _U32 = struct.Struct("<I")
 
 
@@ -41,6 +42,11 @@ class PlainGuest:
         self.store = wasmtime.Store(self.engine)
         module = wasmtime.Module(self.engine, guest_wasm())
         self.messages: list[dict[str, str]] = []
+        # The same bookkeeping spearpy's hostcall does, so that the two differ
+        # in how the call is bound, not in what it does: the session looked
+        # up by fd, the size limits, the host-memory budget charged.
+        self.sessions: dict[int, list[dict[str, str]]] = {}
+        self.host_bytes, self.max_host_bytes = 0, 64 << 20
         linker = wasmtime.Linker(self.engine)
         for item in module.imports:
             ty = item.type
@@ -62,6 +68,13 @@ class PlainGuest:
 
     def _write_msg(self, caller: wasmtime.Caller, fd: int, rp: int, rl: int, cp: int,
                    cl: int) -> int:
+        messages = self.sessions.get(fd)
+        if messages is None:
+            return abi.EBADF
+        if rl > _MAX_ROLE_LEN or cl > abi.MAX_TOOL_ANSWER_BYTES:
+            return abi.EINVAL
+        if self.host_bytes + rl + cl > self.max_host_bytes:
+            return abi.ENOSPC  # spearpy ends the run there; never reached here
         memory = caller["memory"]
         assert isinstance(memory, wasmtime.Memory)
         try:
@@ -71,7 +84,8 @@ class PlainGuest:
             return abi.EFAULT
         if role not in abi.ROLES:
             return abi.EINVAL
-        self.messages.append({"role": role, "content": content})
+        messages.append({"role": role, "content": content})
+        self.host_bytes += rl + cl
         return 0
 
     def tool_call(self, arguments: str) -> str:
@@ -165,6 +179,7 @@ def _hostcall_row(guest: LiveGuest, plain: PlainGuest, repeats: int, batch: int)
     assert isinstance(spear_loop, wasmtime.Func)
     plain_loop = plain.loop
     assert isinstance(plain_loop, wasmtime.Func)
+    plain.sessions[fd] = plain.messages
     plain.memory.write(plain.store, b"user", ROLE_PTR)
     plain.memory.write(plain.store, CONTENT, CONTENT_PTR)
     n = HOSTCALLS_PER_OP
@@ -180,6 +195,7 @@ def _hostcall_row(guest: LiveGuest, plain: PlainGuest, repeats: int, batch: int)
     def reset() -> None:
         session.messages.clear()
         plain.messages.clear()
+        guest.run.host_bytes = plain.host_bytes = 0
 
     spear_op()
     plain_op()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -77,8 +78,34 @@ def machine() -> dict[str, Any]:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(), "load_1min_at_start": load, "packages": versions}
+    return {"host": platform.node(), "python": platform.python_version(),
+            "platform": platform.platform(), "cpu_model": _cpu_model(), "cpus": os.cpu_count(),
+            "load_1min_at_start": load, "packages": versions, "commit": _commit()}
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _commit() -> str | None:
+    """The checkout measured: HEAD, with "+dirty" when spearpy/ or bench/
+    differ from it (the numbers then belong to uncommitted code)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "spearpy", "bench"],
+                               cwd=root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def document(rows: list[Row], *, quick: bool, elapsed_s: float,
@@ -91,3 +118,14 @@ def document(rows: list[Row], *, quick: bool, elapsed_s: float,
 def write_json(doc: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def machine_line(doc: dict[str, Any], source: str) -> str:
+    """One sentence naming where a table's numbers come from (for the docs)."""
+    m = doc.get("machine", {})
+    packages = m.get("packages") or {}
+    return (f"Measured {doc.get('created')} on {m.get('host')} ({m.get('cpus')} CPUs, "
+            f"{m.get('cpu_model')}; Python {m.get('python')}, wasmtime-py "
+            f"{packages.get('wasmtime')}; 1-minute load at start {m.get('load_1min_at_start')}"
+            f"), commit {m.get('commit')}, {'quick' if doc.get('quick') else 'full'} run of "
+            f"{doc.get('elapsed_s')} s; every number below is in `{source}`.")

@@ -14,13 +14,15 @@ cd "$ROOT"
 
 PYTHON=${PYTHON:-python3}
 VENV=bench/.venv
-# Pinned so two runs months apart measure the same peers.
+# Pinned so two runs months apart measure the same peers; py-spy records the
+# flame graphs of `python -m bench --profile`.
 PEERS=(
     "extism==1.1.1"
     "langgraph==1.2.12"
     "langchain==1.4.2"
     "langchain-core==1.6.5"
     "openai-agents==0.24.0"
+    "py-spy==0.4.3"
 )
 
 if [ ! -x "$VENV/bin/python" ]; then
