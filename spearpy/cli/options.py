@@ -91,7 +91,8 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                             "HUP at its end"}),
     ("--mic-pace", {"type": click.Choice(["realtime", "fast"]),
                     "help": "mic frames at the audio's pace or as fast as read [realtime]"}),
-    ("--rtasr-url", {"help": "realtime transcription WebSocket URL (ws:// or wss://)"}),
+    ("--rtasr-url", {"help": "realtime transcription WebSocket URL (ws:// or wss://) "
+                             "[from --base-url: wss://HOST/v1/realtime?intent=transcription]"}),
     ("--rtasr-api-key-env", {"help": "name of the env var holding the realtime key "
                                      "[OPENAI_API_KEY]"}),
     ("--max-audio-bytes", {"type": BYTES, "help": "audio bytes per run [64MiB]"}),
