@@ -34,3 +34,25 @@ def test_every_listed_command_resolves() -> None:
     ctx = click.Context(main)
     for name in _COMMANDS:
         assert isinstance(main.get_command(ctx, name), click.Command), name
+
+
+_ENTRY_PROBE = """
+import runpy, sys
+sys.argv = ["spearpy", sys.argv[1]]
+try:
+    runpy.run_module("spearpy", run_name="__main__")
+except SystemExit:
+    pass
+print("LOADED", sorted(m for m in ("wasmtime", "httpx", "pydantic", "pydantic_settings",
+                                   "structlog", "spearpy.config", "spearpy.host")
+                       if m in sys.modules))
+"""
+
+
+def test_help_and_version_through_the_entry_point_import_nothing_heavy() -> None:
+    # `python -m spearpy` as a user runs it: spearpy/__init__ and __main__ too.
+    for flag, shows in (("--help", "Commands:"), ("--version", "version")):
+        done = subprocess.run([sys.executable, "-c", _ENTRY_PROBE, flag], capture_output=True,
+                              text=True, timeout=60, check=True)
+        assert shows in done.stdout, (flag, done.stdout)
+        assert "LOADED []" in done.stdout, (flag, done.stdout)
