@@ -126,24 +126,8 @@ class ProcessExecutor:
             return list(self._workers)
 
     def _spawn(self) -> None:
-        task_r, task_w = os.pipe()
-        result_r, result_w = os.pipe()
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "spearpy.batch.worker", str(self._spec_fd),
-                 str(task_r), str(result_w)],
-                pass_fds=(self._spec_fd, task_r, result_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, env=_worker_env())
-        except BaseException:
-            for fd in (task_r, task_w, result_r, result_w):
-                os.close(fd)
-            raise
-        # The child holds its own ends: closing ours lets each side see EOF
-        # when the other goes away.
-        os.close(task_r)
-        os.close(result_w)
-        worker = _Worker(process, Connection(task_w, readable=False),
-                         Connection(result_r, writable=False))
+        process, tasks, results = spawn_worker("spearpy.batch.worker", self._spec_fd)
+        worker = _Worker(process, tasks, results)
         with self._lock:
             self._workers.append(worker)
             self.workers_started += 1
@@ -183,7 +167,7 @@ class ProcessExecutor:
             raise WorkerError(f"a batch worker could not start: {message[1]}")
 
     def _bury(self, worker: _Worker, dispatch: Dispatch) -> int | None:
-        code = _reap(worker.process, _STOP_GRACE_S)
+        code = reap(worker.process, _STOP_GRACE_S)
         why = f"worker process exited with code {code}"
         for job, attempt in worker.running.values():
             dispatch.lost(job, attempt, why)
@@ -203,13 +187,35 @@ class ProcessExecutor:
                 worker.tasks.send(("stop",))
             worker.tasks.close()
         for worker in workers:
-            _reap(worker.process, _STOP_GRACE_S)
+            reap(worker.process, _STOP_GRACE_S)
             worker.results.close()
         with self._lock:
             self._workers.clear()
 
 
-def _reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
+def spawn_worker(module: str, spec_fd: int
+                 ) -> tuple[subprocess.Popen[bytes], Connection, Connection]:
+    """`python -m MODULE SPEC_FD TASK_FD RESULT_FD`: the process, the pipe to
+    send it tasks and the pipe it answers on (also used by spearpy serve)."""
+    task_r, task_w = os.pipe()
+    result_r, result_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, str(spec_fd), str(task_r), str(result_w)],
+            pass_fds=(spec_fd, task_r, result_w), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, env=worker_env())
+    except BaseException:
+        for fd in (task_r, task_w, result_r, result_w):
+            os.close(fd)
+        raise
+    # The child holds its own ends: closing ours lets each side see EOF
+    # when the other goes away.
+    os.close(task_r)
+    os.close(result_w)
+    return process, Connection(task_w, readable=False), Connection(result_r, writable=False)
+
+
+def reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
     """Wait for a worker to exit, killing it after `grace` seconds."""
     try:
         return process.wait(grace)
@@ -218,7 +224,7 @@ def _reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
         return process.wait()
 
 
-def _worker_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     """This environment, with spearpy importable even when the embedder put
     it on sys.path by hand rather than installing it."""
     import spearpy

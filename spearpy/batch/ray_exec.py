@@ -93,7 +93,7 @@ class RayExecutor:
             return False
         address = None if self.address == "local" else self.address
         try:
-            with _crash_handlers_kept():
+            with crash_handlers_kept():
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BatchError(f"cannot connect to the Ray cluster {self.address!r}: {exc}") from exc
@@ -113,7 +113,7 @@ class RayExecutor:
             for handle in handles:
                 ray.kill(handle, no_restart=True)
             if started:
-                with _crash_handlers_kept():  # shutdown resets them too
+                with crash_handlers_kept():  # shutdown resets them too
                     ray.shutdown()
 
     def _start_actors(self, ray: Any, spec: WorkerSpec, jobs: int) -> tuple[list[Any], int]:
@@ -171,7 +171,7 @@ class _ActorPool:
         self.running: dict[Any, tuple[int, BatchInput, int]] = {}  # ref -> (slot, job, attempt)
         self.probes: dict[Any, tuple[int, int]] = {}  # ready() ref -> (slot, failed probes)
         self.lost_runs = 0
-        self.lost_errors = _lost_errors(ray)
+        self.lost_errors = lost_errors(ray)
 
     def feed(self) -> None:
         for slot, handle in enumerate(self.handles):
@@ -229,7 +229,7 @@ _SIGACTION_BYTES = 1024
 
 
 @contextlib.contextmanager
-def _crash_handlers_kept() -> Iterator[None]:
+def crash_handlers_kept() -> Iterator[None]:
     """Keep this process's handlers for the trap signals across `ray.init`.
 
     Ray's driver installs crash reporters for them that do not chain to the
@@ -250,7 +250,7 @@ def _crash_handlers_kept() -> Iterator[None]:
             libc.sigaction(int(sig), buffer, None)
 
 
-def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """The Ray errors that mean "the worker went away", not "the call failed"."""
     names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError",
              "ObjectLostError", "NodeDiedError", "OwnerDiedError")

@@ -26,6 +26,7 @@ from spearpy.observe.redact import Redactor
 from spearpy.secret_env import BUILTIN_KEY_ENVS
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
+from spearpy.serve.executors import Executor, ThreadRuns
 from spearpy.serve.fanout import Hub
 from spearpy.serve.modules import ModuleDir
 from spearpy.serve.problems import exception_handlers
@@ -87,9 +88,15 @@ class Service:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        executor = build_executor(self.config, self.hosts)
+        try:
+            await asyncio.to_thread(executor.start)  # worker processes, a Ray connection
+        except BaseException:
+            await asyncio.to_thread(executor.close)
+            raise
         self._runs = StreamingRunManager(self.streams, self.config, self.hosts, self.store,
                                          self.hub, self.encoder, self.metrics, self._loop,
-                                         self.rejected.inc)
+                                         self.rejected.inc, executor)
 
     def request_drain(self) -> None:
         """From any thread (a signal handler, a test): stop taking runs and
@@ -114,6 +121,21 @@ class Service:
         self.store.close()
 
 
+def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
+    """The executor --executor / --ray chose (serve/executors.py)."""
+    if config.executor == "processes":
+        from spearpy.serve.procs import ProcessRuns
+
+        return ProcessRuns(hosts.base.config, config.max_concurrent, config.workers)
+    if config.executor == "ray":
+        from spearpy.serve.ray_runs import RayRuns
+
+        assert config.ray_address is not None  # ServeConfig checks it
+        return RayRuns(config.ray_address, hosts.base.config, config.max_concurrent,
+                       config.workers)
+    return ThreadRuns(config.max_concurrent)
+
+
 def create_app(config: ServeConfig, host: Host | None = None) -> Starlette:
     """The service as an ASGI app. `host`: run on this Host (yours to close)
     instead of one built from `config.host`."""
@@ -121,7 +143,12 @@ def create_app(config: ServeConfig, host: Host | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await service.start()
+        try:
+            await service.start()
+        except BaseException:
+            # No runs yet; the state directory's lock must not outlive us.
+            await asyncio.to_thread(service.close_unstarted)
+            raise
         try:
             yield
         finally:

@@ -30,6 +30,14 @@ from spearpy.serve.config import (
               help=f"bearer token every route but /healthz needs [env {TOKEN_ENV}]")
 @click.option("--max-concurrent", default=8, show_default=True, type=click.IntRange(1, 4096),
               help="runs at once; more get 429 with Retry-After")
+@click.option("--executor", type=click.Choice(["threads", "processes"]), default="threads",
+              show_default=True, help="where runs execute: threads of this process's Host, "
+              "or worker processes with a Host each (docs/serve.md)")
+@click.option("--workers", type=click.IntRange(1, 1024), default=None,
+              help="worker processes (or Ray actors) [CPUs, at most --max-concurrent]")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="run each run on this Ray cluster ('auto', 'local', or host:port); "
+                   "needs spearpy[ray]")
 @click.option("--grace", default=10.0, show_default=True, type=click.FloatRange(0),
               help="seconds runs may finish in at SIGTERM/SIGINT before they are cancelled")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True,
@@ -43,7 +51,8 @@ from spearpy.serve.config import (
 @click.option("--access-log/--no-access-log", default=True, show_default=True)
 @host_options
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
-          max_concurrent: int, grace: float, max_body_bytes: int,
+          max_concurrent: int, executor: str, workers: int | None, ray_address: str | None,
+          grace: float, max_body_bytes: int,
           allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
           no_event_content: bool, access_log: bool, **options: Any) -> None:
     """Run agents from MODULES as a service: an HTTP API, live events and a web page.
@@ -60,6 +69,8 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
         config = ServeConfig(modules_dir=modules_dir, token=token,
                              state_dir=state_dir or default_state_dir(),
                              max_concurrent=max_concurrent, grace=grace,
+                             executor="ray" if ray_address else executor, workers=workers,
+                             ray_address=ray_address,
                              max_body_bytes=max_body_bytes, allow_models=allow_models,
                              allow_backends=allow_backends, event_content=not no_event_content)
     except ValueError as exc:

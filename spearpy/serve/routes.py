@@ -60,8 +60,8 @@ async def create_run(request: Request) -> Response:
     runs.take_slot()
     try:
         # One hop off the loop for all three (each hop is a thread hand-off).
-        host, module = await asyncio.to_thread(_load, service, run)
-        live = await runs.start(run, host, module, limits)
+        host, module, wasm = await asyncio.to_thread(_load, service, run)
+        live = await runs.start(run, host, module, limits, wasm)
     except ModuleLoadError as exc:
         runs.give_slot()
         raise Problem(422, f"module {run.module!r} cannot be loaded: {exc}",
@@ -77,10 +77,10 @@ async def create_run(request: Request) -> Response:
     return service.json(view, 201, {"Location": view["urls"]["self"]})
 
 
-def _load(service: Service, run: RunRequest) -> tuple[Host, LoadedModule]:
+def _load(service: Service, run: RunRequest) -> tuple[Host, LoadedModule, bytes]:
     name, wasm = service.modules.read(run.module, 422)
     host = service.hosts.get(run.model, run.backend)
-    return host, host.load(wasm, name)
+    return host, host.load(wasm, name), wasm
 
 
 async def list_runs(request: Request) -> Response:

@@ -1,11 +1,9 @@
-"""Runs off the event loop: worker threads of one shared Host.
+"""Runs off the event loop, on the service's executor (serve/executors.py:
+threads of one shared Host by default, worker processes, or Ray).
 
-A guest runs on a thread of a bounded pool (--max-concurrent); wasmtime
-releases the GIL while guest code runs and httpx while it waits on the
-model, so threads of one Host keep the compiled modules, the engine and the
-connection pools shared. The run's events go from its thread to the store,
-and once committed to the event loop (`call_soon_threadsafe`), where the
-run's channel hands them to subscribers.
+At most --max-concurrent runs at once. A run's events come back from
+wherever it executes to the store, and once committed to the event loop
+(`call_soon_threadsafe`), where the run's channel hands them to subscribers.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +24,7 @@ from spearpy.observe.events import RUN_END, Event, FanOut
 from spearpy.outcome import RunResult, exit_code_for
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
+from spearpy.serve.executors import Executor, RunJob, ThreadRuns
 from spearpy.serve.fanout import Hub
 from spearpy.serve.problems import Problem
 from spearpy.serve.schema import RunRequest
@@ -51,7 +49,8 @@ class LiveRun:
 class RunManager:
     def __init__(self, config: ServeConfig, hosts: HostPool, store: RunStore, hub: Hub,
                  encoder: EventEncoder, metrics_sink: Any,
-                 loop: asyncio.AbstractEventLoop, on_reject: Callable[[], None]) -> None:
+                 loop: asyncio.AbstractEventLoop, on_reject: Callable[[], None],
+                 executor: Executor | None = None) -> None:
         self._config = config
         self._hosts = hosts
         self._store = store
@@ -61,8 +60,7 @@ class RunManager:
         self._loop = loop
         self._on_reject = on_reject
         self._handoff = LoopHandoff(loop)
-        self._pool = ThreadPoolExecutor(config.max_concurrent,
-                                        thread_name_prefix="spearpy-serve-run")
+        self.executor: Executor = executor or ThreadRuns(config.max_concurrent)
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self.live: dict[str, LiveRun] = {}
         self.draining = False
@@ -88,7 +86,7 @@ class RunManager:
         self._slots.release()
 
     async def start(self, request: RunRequest, host: Host, module: LoadedModule,
-                    limits: dict[str, Any]) -> LiveRun:
+                    limits: dict[str, Any], wasm: bytes) -> LiveRun:
         """Record the run and hand it to a worker; the caller holds a slot."""
         run_id = secrets.token_hex(8)
         live = LiveRun(run_id, self._loop.create_future())
@@ -107,13 +105,16 @@ class RunManager:
         # The run starts while its record is committed: the writer commits in
         # order, so the record still lands before any of the run's events.
         inserted = self._store.insert_run(row)
+        job = RunJob(run_id, module.name, module.sha256, list(request.args), dict(request.env),
+                     request.stdin, dict(limits), request.model, request.backend)
+        on_event = FanOut(lambda event: self._on_event(live, event), self._metrics)
         try:
-            future = self._pool.submit(self._execute, live, host, module, request, limits)
+            self.executor.submit(job, wasm, host, module, live.cancel, on_event,
+                                 lambda result, error: self._end(live, result, error))
         except BaseException:
             self.live.pop(run_id, None)
             self._hub.publish(run_id, [], ended=True)
             raise
-        future.add_done_callback(_report_failure)
         # Answered only once the record is on disk: a client that got the id
         # must find the run. A failed insert fails the request; the run
         # then ends on its own, its events and end unrecorded.
@@ -127,27 +128,19 @@ class RunManager:
         if live.cancel_reason is None:
             live.cancel_reason = reason
         live.cancel.set()
+        self.executor.cancel(run_id)
         return True
 
-    # ---- on the worker thread ----------------------------------------------
+    # ---- on the executor's threads -----------------------------------------
 
-    def _execute(self, live: LiveRun, host: Host, module: LoadedModule, request: RunRequest,
-                 limits: dict[str, Any]) -> None:
-        result: RunResult | None = None
-        error: BaseException | None = None
+    def _end(self, live: LiveRun, result: RunResult | None, error: BaseException | None
+             ) -> None:
         try:
-            result = host.run(module, request.args, env=request.env or None,
-                              stdin=request.stdin, limits=limits or None,
-                              on_event=FanOut(lambda event: self._on_event(live, event),
-                                              self._metrics),
-                              cancel=live.cancel, capture_output=True)
-        except Exception as exc:  # Host.run raises only before the guest starts
-            error = exc
-        finally:
             fields, final = self._final(live, result, error)
             live.row = {**live.row, **fields}
             self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
                 self._ended, live, final))
+        finally:
             self.give_slot()
 
     def _on_event(self, live: LiveRun, event: Event) -> None:
@@ -219,7 +212,7 @@ class RunManager:
             await asyncio.wait([live.done for live in left], timeout=5.0)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self.executor.close()
 
 
 class LoopHandoff:
@@ -254,13 +247,6 @@ def _effective(host: Host, limits: dict[str, Any]) -> dict[str, Any]:
     """The limits the run gets: its own, else the service's (unset ones left out)."""
     merged = {name: limits.get(name, getattr(host.config, name)) for name in sorted(RUN_LIMITS)}
     return {name: value for name, value in merged.items() if value is not None}
-
-
-def _report_failure(future: Future[None]) -> None:
-    # _execute catches what a run raises; this is a bug in the service itself.
-    exc = future.exception()
-    if exc is not None:
-        _log.error("a run's worker failed", exc_info=exc)
 
 
 class HostPool:

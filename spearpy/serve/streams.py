@@ -71,10 +71,12 @@ class StreamingRunManager(RunManager):
         self.streams = streams
 
     async def start(self, request: RunRequest, host: Host, module: LoadedModule,
-                    limits: dict[str, Any]) -> LiveRun:
+                    limits: dict[str, Any], wasm: bytes) -> LiveRun:
+        if not self.executor.streams:
+            return await super().start(request, host, module, limits, wasm)
         hub = StreamHub(self.streams.limits)
         live = await super().start(request, cast("Host", _StreamingHost(host, hub)), module,
-                                   limits)
+                                   limits, wasm)
         self.streams.hubs[live.id] = hub
 
         def ended(_done: asyncio.Future[None]) -> None:
@@ -98,6 +100,10 @@ async def create_session(request: Request) -> Response:
         row = await asyncio.to_thread(service.store.get_run, run_id)
         if row is None:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+        if run_id in service.runs.live:
+            raise Problem(409, f"run {run_id} has no user streams: they need the service's "
+                               "threads executor (--executor threads)",
+                          slug="streams-unavailable")
         raise Problem(409, f"run {run_id} has ended: its streams are closed", slug="run-ended")
     token = streams.tokens.issue(run_id)
     scheme = request.headers.get("x-forwarded-proto", request.url.scheme)
