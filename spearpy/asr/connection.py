@@ -14,7 +14,8 @@ A clean close from the server is HUP; any other end (a dropped TCP
 connection, a refused handshake, a message over the size limit) is ERR with
 a `last_error` saying what happened. Stopping (the guest's close, the run's
 end) never blocks on the network unless flush_on_close asks for the queued
-audio and a commit to be sent first, and then for FLUSH_TIMEOUT_S at most.
+audio and a commit to be sent first, and then for FLUSH_TIMEOUT_S at most,
+never past the run's deadline, and not at all in a cancelled run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
 
     from spearpy.fds.rtasr import RtAsrFd
+    from spearpy.interrupts import Interrupts
     from spearpy.observe.scrub import SecretScrubber
 
 CONNECT_TIMEOUT_S = 20.0  # SPEAR's
@@ -50,25 +52,31 @@ _IDLE_S = 0.05
 
 class RealtimeConnection(ThreadWorker):
     def __init__(self, fd: RtAsrFd, url: str, headers: dict[str, str], session_event: str,
-                 scrubber: SecretScrubber, deadline: float | None, max_retries: int = 0) -> None:
+                 scrubber: SecretScrubber, interrupts: Interrupts, max_retries: int = 0) -> None:
         super().__init__(fd, "spearpy-rtasr")
         self._max_retries = max_retries
         self._url = url
         self._headers = headers
         self._session_event = session_event
         self._scrubber = scrubber
-        self._deadline = deadline
+        self._interrupts = interrupts
+        self._deadline = interrupts.deadline
         self._flush = False
         self._connected = False
 
     def stop(self, flush: bool) -> None:
+        # A cancelled or timed-out run flushes nothing: it must end now.
+        flush = flush and self._interrupts.run_reason() is None
         self._flush = flush
         self._stopping.set()
         with self._fd.cond:
             self._fd.cond.notify_all()
         if flush:
             # The guest asked for its audio to reach the server before the fd goes.
-            self._done.wait(FLUSH_TIMEOUT_S)
+            wait = FLUSH_TIMEOUT_S
+            if self._deadline is not None:
+                wait = max(0.0, min(wait, self._deadline - time.monotonic()))
+            self._done.wait(wait)
 
     # ---- threads ---------------------------------------------------------
 

@@ -171,7 +171,7 @@ def _connect(run: GuestRun, entry: RtAsrFd) -> int:
             entry.segmentation)
         keys = [key, *(os.environ.get(name, "") for name in run.host.key_envs())]
         worker = RealtimeConnection(entry, url, headers, session, SecretScrubber(keys),
-                                    run.interrupts.deadline, config.max_retries)
+                                    run.interrupts, config.max_retries)
         with entry.cond:
             entry.state = CONNECTING
     entry.worker = worker
