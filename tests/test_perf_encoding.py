@@ -86,30 +86,76 @@ def test_joined_body_is_the_full_encoding(batches: list[list[dict[str, Any]]],
 
 
 @given(st.lists(messages, min_size=3, max_size=6), messages, st.data())
-def test_changing_the_list_other_than_appending_starts_over(
+def test_any_change_to_the_list_is_followed(
         start: list[dict[str, Any]], other: dict[str, Any], data: st.DataObject) -> None:
     history = History(start)
     try:
         history.encoded()
     except UnicodeEncodeError:
-        return
-    change = data.draw(st.sampled_from(["replace", "delete", "insert", "clear", "pop"]))
+        history = History([m for m in start if _encodable(m)])
+        if not history:
+            return
+        history.encoded()
+    change = data.draw(st.sampled_from(["replace", "slice", "delete", "del_slice", "insert",
+                                        "clear", "pop", "pop_first", "remove", "sort",
+                                        "reverse", "repeat", "append", "extend", "iadd"]))
+    index = data.draw(st.integers(0, len(history) - 1))
     if change == "replace":
-        history[data.draw(st.integers(0, len(history) - 1))] = other
+        history[index] = other
+    elif change == "slice":
+        history[index:] = [other]
     elif change == "delete":
-        del history[data.draw(st.integers(0, len(history) - 1))]
+        del history[index]
+    elif change == "del_slice":
+        del history[index:]
     elif change == "insert":
-        history.insert(data.draw(st.integers(0, len(history))), other)
+        history.insert(index, other)
     elif change == "clear":
         history.clear()
         history.append(other)
-    else:
+    elif change == "pop":
         history.pop()
+    elif change == "pop_first":
+        history.pop(0)
+    elif change == "remove":
+        history.remove(history[index])
+    elif change == "sort":
+        history.sort(key=lambda m: len(m), reverse=True)
+    elif change == "reverse":
+        history.reverse()
+    elif change == "repeat":
+        history *= 2
+    elif change == "append":
+        history.append(other)
+    elif change == "extend":
+        history.extend([other, other])
+    else:
+        history += [other]
     try:
         expected = _json.compact_bytes(list(history))
     except UnicodeEncodeError:
         return
     assert history.encoded() == expected
+
+
+def _encodable(message: dict[str, Any]) -> bool:
+    try:
+        _json.compact_bytes(message)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def test_a_message_that_cannot_be_encoded_fails_every_request_until_replaced() -> None:
+    history = History([{"role": "user", "content": "a"}])
+    history.encoded()
+    history.append({"role": "user", "content": "\ud800"})
+    with pytest.raises(UnicodeEncodeError):
+        history.encoded()
+    with pytest.raises(UnicodeEncodeError):
+        history.encoded()
+    history[1] = {"role": "user", "content": "b"}
+    assert history.encoded() == b'[{"role":"user","content":"a"},{"role":"user","content":"b"}]'
 
 
 def test_a_quirk_profile_that_rewrites_messages_is_encoded_in_full() -> None:
