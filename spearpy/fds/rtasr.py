@@ -183,11 +183,15 @@ class RtAsrFd(Fd):
             self._maybe_autoflush(time.monotonic())
             if not self.send_queue:
                 return None
+            # Only a guest the full queue refused can be waiting for this room:
+            # waking on every item would be a thread hand-off per audio frame.
+            was_full = self.send_queue_bytes + max(self.want, 1) > self.max_send_queue_bytes
             item = self.send_queue.popleft()
             self.send_queue_bytes -= len(item)
             if isinstance(item, str):
                 self.pending_flush = False
-        self.waker.wake()  # room in the queue: EPOLLOUT
+        if was_full:
+            self.waker.wake()  # room in the queue: EPOLLOUT
         return item
 
     def push_event(self, payload: bytes) -> None:
@@ -195,13 +199,16 @@ class RtAsrFd(Fd):
             if self.state == CLOSED:
                 return
             self.events_in += 1
+            # EPOLLIN was already true otherwise: no wait can be blocked on it.
+            was_empty = not self.recv_queue
             self.recv_queue.append(payload)
             self.recv_queue_bytes += len(payload)
             # A flood is bounded like SPEAR's: the oldest events go, counted.
             while self.recv_queue_bytes > self.max_recv_queue_bytes and self.recv_queue:
                 self.recv_queue_bytes -= len(self.recv_queue.popleft())
                 self.dropped_events += 1
-        self.waker.wake()
+        if was_empty:
+            self.waker.wake()
 
     def fail(self, message: str) -> None:
         with self.cond:
