@@ -11,6 +11,7 @@ nothing asserts on time.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -553,3 +554,25 @@ def test_a_bad_rtasr_url_is_refused_at_start() -> None:
     proc = run_sample("--rtasr-url", "https://api.openai.com/v1/realtime")
     assert proc.returncode != 0
     assert "invalid --rtasr-url" in proc.stderr and "ws:// or wss://" in proc.stderr
+
+
+def test_the_scripted_server_runs_standalone() -> None:
+    from websockets.sync.client import connect
+
+    proc = subprocess.Popen([sys.executable, "-m", "spearpy.testing.asr", "standalone works",
+                             "--ms-per-phrase", "20"], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("ws://127.0.0.1:") and url.endswith("?intent=transcription")
+        with connect(url, open_timeout=HANG_GUARD_S) as ws:
+            assert json.loads(ws.recv(HANG_GUARD_S))["type"] == "session.created"
+            ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                "audio": base64.b64encode(tone(20)).decode()}))
+            got = [json.loads(ws.recv(HANG_GUARD_S)) for _ in range(3)]
+        assert [e.get("delta", e.get("transcript")) for e in got] == [
+            "standalone", "works", "standalone works"]
+    finally:
+        proc.terminate()
+        assert proc.wait(HANG_GUARD_S) == 0

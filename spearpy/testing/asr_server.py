@@ -245,3 +245,4 @@ class _Transcriber:
         # before its close is still counted.
         with contextlib.suppress(ConnectionClosed):
             self.conn.send(json.dumps(event, separators=(",", ":")))
+
