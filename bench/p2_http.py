@@ -4,14 +4,18 @@ pooled httpx connection that encodes each request from the same Python
 objects spearpy sends, parses each reply and closes every response.
 
 The growth rows show what a long conversation adds: the overhead per
-iteration (spearpy's time minus posting the same bytes, prepared, to the
-same server) with 200 messages of history against 2.
+iteration (spearpy's CPU time minus that of posting the same bytes, prepared,
+to the same server) with 200 messages of history against 2. CPU time, not
+wall: on a shared 2-core machine the wall-time difference of two ~1 ms
+exchanges is mostly other processes' noise.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +98,13 @@ class _Sends:
         self._ready: list[int] = []
 
     def prepare(self) -> None:
-        self._ready.append(_conversation(self.guest, self.history))
+        """One conversation ready for the next send (the harness calls this
+        before every timed op, not only this one's)."""
+        if not self._ready:
+            self._ready.append(self._new())
+
+    def _new(self) -> int:
+        return _conversation(self.guest, self.history)
 
     def send(self) -> None:
         guest = self.guest
@@ -108,7 +118,9 @@ class _Sends:
 
 
 def _timed(guest: LiveGuest, ops: dict[str, Callable[[], None]], sends: list[_Sends],
-           repeats: int) -> dict[str, Series]:
+           repeats: int, clock: Callable[[], float] | None = None) -> dict[str, Series]:
+    """Interleaved timings of `ops`: wall time, or with `clock` (process CPU
+    time) an interleaved loop of the same shape measuring that instead."""
     def prepare() -> None:
         for s in sends:
             s.prepare()
@@ -118,7 +130,26 @@ def _timed(guest: LiveGuest, ops: dict[str, Callable[[], None]], sends: list[_Se
         for s in sends:  # one warm-up send each, outside the timing
             s.prepare()
             s.send()
-        return interleaved(ops, batch=1, repeats=repeats, between=prepare)
+        if clock is None:
+            return interleaved(ops, batch=1, repeats=repeats, between=prepare)
+        series = {name: Series() for name in ops}
+        order = list(ops)
+        for round_ in range(repeats):
+            # The op before another warms or cools it by ~100 us on a busy
+            # machine: each round starts one op further along.
+            shift = round_ % len(order)
+            for name in order[shift:] + order[:shift]:
+                op = ops[name]
+                prepare()
+                gc.collect()
+                gc.disable()
+                try:
+                    started = clock()
+                    op()
+                    series[name].add(clock() - started)
+                finally:
+                    gc.enable()
+        return series
     finally:
         _native.enter_run(previous)
 
@@ -173,14 +204,14 @@ class _GrownSends(_Sends):
     earlier send (so every message was sent once before, as in a
     conversation that grew), then the timed send's prompt."""
 
-    def prepare(self) -> None:
+    def _new(self) -> int:
         guest = self.guest
         fd = _conversation(guest, self.history)
         rfd = guest.send(fd)
         guest.recv(rfd)
         guest.close_fd(rfd)
         guest.write_msg(fd, "user", PROMPT)
-        self._ready.append(fd)
+        return fd
 
 
 def history_growth(repeats: int) -> list[Row]:
@@ -233,20 +264,22 @@ def history_growth(repeats: int) -> list[Row]:
         try:
             result = _timed(guest, {"short": short.send, "short_raw": post_all("short"),
                                     "long": long.send, "long_raw": post_all("long")},
-                            [short, long], repeats)
+                            [short, long], repeats, clock=time.process_time)
         finally:
             raw.close()
             guest.close()
             host.close()
 
     def overhead(name: str) -> Series:
-        return Series([max(s - r, 1e-9) / n for s, r in zip(result[name].samples,
-                                                            result[name + "_raw"].samples,
-                                                            strict=True)])
+        # Each send less the median exchange: its p50 is the difference of the
+        # two medians, which held still between runs where the median of
+        # per-round differences (two noisy ~1 ms samples) moved by 30 %.
+        exchange = result[name + "_raw"].p50
+        return Series([max(s - exchange, 1e-9) / n for s in result[name].samples])
 
-    note = (f"{n} completions per send; overhead = spearpy's send minus posting its own "
-            "request bytes, prepared, through its own transport, to a server that does not "
-            "parse them")
+    note = (f"{n} completions per send; process CPU time (the server is another process): "
+            "overhead = spearpy's send minus the median of posting its own request bytes, "
+            "prepared, through its own transport, to a server that does not parse them")
     return [
         Row("P2.history_growth.overhead_200_vs_2", "P2",
             f"overhead per loop iteration with {LONG_HISTORY} messages of history",
