@@ -206,7 +206,7 @@ def run(quick: bool) -> list[Row]:
     return rows
 
 
-EXECUTORS = ("threads",)
+EXECUTORS = ("threads", "processes")
 
 if __name__ == "__main__" and sys.argv[1:2] == ["client"]:
     _client(sys.argv[2], int(sys.argv[3]))
