@@ -343,6 +343,9 @@ def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
     def client() -> None:
         session = hub.connect()
         for seq, piece in enumerate(pieces):
+            # Each piece lands while the guest is blocked in spear_epoll_wait
+            # (its mic found nothing to read), so the frame wakes the wait.
+            assert hub.wait_guest_idle(HANG_GUARD_S)
             assert session.push_wait(ssf.build(7, seq, piece), timeout=HANG_GUARD_S)
         # Closed only once the guest took everything (a session's end drops
         # what its streams still hold).
@@ -350,12 +353,20 @@ def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
         assert hub.wait_room(lambda: not len(channel.inbound), HANG_GUARD_S)
         session.close()
 
-    sender = threading.Thread(target=client)
+    sender = threading.Thread(target=client, daemon=True)
     sender.start()
-    result = host.run(GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
-                                           "\"sample_rate_hz\":16000,\"frame_ms\":20}"],
-                      streams=hub, limits={"timeout": HANG_GUARD_S})
-    sender.join()
+    results: list[Any] = []
+    # On a thread of its own: a guest deadlocked inside a hostcall would not
+    # even reach its deadline, and must fail the test, not hang it.
+    runner = threading.Thread(target=lambda: results.append(host.run(
+        GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
+                             "\"sample_rate_hz\":16000,\"frame_ms\":20}"],
+        streams=hub, limits={"timeout": HANG_GUARD_S / 2})), daemon=True)
+    runner.start()
+    runner.join(HANG_GUARD_S)
+    sender.join(HANG_GUARD_S)
+    assert results, "the run hung"
+    result = results[0]
     assert result.exit_code == 0, result.stdout
     got = summary(result.stdout.decode())
     sent = b"".join(pieces)
@@ -415,14 +426,26 @@ def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str
     assert result.outcome is (Outcome.CANCELLED if how == "cancel" else Outcome.TIMEOUT)
 
 
-def test_close_and_the_runs_end_stop_the_source_thread(mic: Any, make_host: Any) -> None:
-    m = mic()
+def test_close_and_the_runs_end_stop_the_source_thread(mic: Any, make_host: Any,
+                                                       speech: Path) -> None:
+    m = mic(mic_pace="fast")
     fd = m.create()
     assert m.set(fd, {"source": "stub", "frame_ms": 5}) == 0
     assert len(mic_threads()) == 1
     assert int(m.call("p_mic_close", fd)) == 0
     assert mic_threads() == []
     assert int(m.call("p_mic_close", fd)) == 0  # closed twice: 0, as any fd
+    # A fast file source waiting for room in a full queue stops as promptly.
+    fd = m.create()
+    m.run.options.dirs.append((str(speech.parent), "/audio"))
+    assert m.set(fd, {"source": "file", "path": "/audio/speech.wav", "frame_ms": 20,
+                      "max_queue_bytes": 960}) == 0
+    while m.status(fd)["queue_bytes"] < 960:
+        assert m.wait(fd, -1) & abi.EPOLLIN
+        m.run.interrupts.wait(0.01)
+    assert len(mic_threads()) == 1
+    assert int(m.call("p_mic_close", fd)) == 0
+    assert mic_threads() == []
     # _start opens a stub mic and returns without closing it.
     result = make_host(base_url="http://127.0.0.1:9/v1").run(wat_module("mic_probe.wat"))
     assert result.exit_code == 0

@@ -6,7 +6,10 @@ session's end) is the end of the audio.
 
 No thread: the client's frames already wake the guest, and the guest's
 thread moves them into the mic's queue whenever it looks at the fd (the
-stream's single consumer, as user_stream_read is for stream fds).
+stream's single consumer, as user_stream_read is for stream fds). That look
+may happen inside an epoll wait's check, under the waker's lock: a sink
+here must wake no one. The stream must be the mic's before its session
+ends (a session's end drops what its streams hold, as for stream fds).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class StreamPuller:
         if self.done:
             return
         inbound = self._channel.inbound
-        took = False
+        took = produced = False
         while True:
             frame, _ = inbound.take()
             if frame is None:
@@ -58,8 +61,13 @@ class StreamPuller:
             start = header.header_len + header.meta_len
             for chunk in self._chunks.feed(frame[start:start + header.data_len]):
                 sink.push(chunk)
+                produced = True
         if took:
             self._hub.guest_acted()
+        if not produced and self._channel.state is not State.CLOSED:
+            # Nothing new to read: the guest waits for its client (what
+            # hub.wait_guest_idle, the stdio bridge's test, looks for).
+            self._hub.idle_poll()
         if self._channel.state is State.CLOSED and not len(inbound):
             tail = self._chunks.flush()
             if tail is not None:

@@ -55,11 +55,13 @@ class _PullSink:
     def __init__(self, fd: MicFd, generation: int) -> None:
         self._fd, self._generation = fd, generation
 
+    # No wake-ups: the guest's own thread pulls, inside its readiness checks,
+    # which run under the waker's lock (a wake there would deadlock).
     def push(self, frame: bytes) -> None:
-        self._fd.push(frame, self._generation, False, None)
+        self._fd.append(frame, self._generation, False, None)
 
     def finish(self) -> None:
-        self._fd.finish(self._generation)
+        self._fd.end(self._generation)
 
 
 class MicFd(Fd):
@@ -149,31 +151,45 @@ class MicFd(Fd):
 
     def push(self, frame: bytes, generation: int, wait_for_room: bool,
              stop: threading.Event | None) -> bool:
+        """Queue a frame from the producer's thread; False when it should stop."""
+        queued, readable = self.append(frame, generation, wait_for_room, stop)
+        if readable:
+            self._waker.wake()
+        return queued
+
+    def append(self, frame: bytes, generation: int, wait_for_room: bool,
+               stop: threading.Event | None) -> tuple[bool, bool]:
+        """Queue a frame, waking no one: (queued, the queue was empty before)."""
         with self._cond:
             if wait_for_room:
-                self._cond.wait_for(lambda: generation != self.generation or (
-                    stop is not None and stop.is_set()) or not self.frames or
-                    self.queue_bytes + len(frame) <= self.max_queue_bytes)
-            if generation != self.generation or (stop is not None and stop.is_set()):
-                return False
+                # stop_source clears `running` under this lock before it wakes
+                # us: its stop event may not be set yet when we look.
+                self._cond.wait_for(lambda: generation != self.generation or
+                                    not self.running or not self.frames or
+                                    self.queue_bytes + len(frame) <= self.max_queue_bytes)
+            if generation != self.generation or not self.running or (
+                    stop is not None and stop.is_set()):
+                return False, False
             was_empty = not self.frames
             self.frames.append(frame)
             self.queue_bytes += len(frame)
             while self.queue_bytes > self.max_queue_bytes and self.frames:
                 self.queue_bytes -= len(self.frames.popleft())
                 self.dropped_frames += 1
-            readable = was_empty and bool(self.frames)
-        if readable:
-            self._waker.wake()
-        return True
+            return True, was_empty and bool(self.frames)
 
     def finish(self, generation: int) -> None:
+        if self.end(generation):
+            self._waker.wake()
+
+    def end(self, generation: int) -> bool:
+        """The source is over (waking no one); False for a stale generation."""
         with self._cond:
             if generation != self.generation:
-                return
+                return False
             self.ended = True
             self.running = False
-        self._waker.wake()
+            return True
 
     def fail(self, message: str, generation: int) -> None:
         with self._cond:
