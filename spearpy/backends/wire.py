@@ -8,8 +8,8 @@ header merging, redirect and auth bookkeeping, event hooks. A backend posts
 JSON to one fixed URL with fixed headers, so it builds the `httpx.Request`
 itself and hands it to the transport: the same connection pool, timeouts,
 exceptions and response decoding as before, and a `wrap_transport` (record,
-replay) still sees every request. A caller's own `httpx.Client` is honoured
-through `Client.send`, with whatever it does.
+replay) still sees every request. A caller's own `httpx.Client` is used the
+way the backends always used it (build_request, send), with whatever it does.
 
 What changes for users: nothing the backends relied on. No cookie a server
 sets is sent back (an OpenAI-compatible API keeps no state in cookies), and,
@@ -55,10 +55,12 @@ class Wire:
         """An open streamed response to POSTing `payload`; the caller closes it.
         Raises what httpx raises (TimeoutException, ConnectError, HTTPError)
         and whatever a wrapping transport raises."""
+        if self._transport is None:  # a caller's client: its cookies, hooks, auth, ...
+            built = self.client.build_request("POST", self._url, content=payload,
+                                              headers=self._headers, timeout=timeout)
+            return self.client.send(built, stream=True)
         request = httpx.Request("POST", self._url, headers=self._wire_headers(), content=payload,
                                 extensions={"timeout": httpx.Timeout(timeout).as_dict()})
-        if self._transport is None:
-            return self.client.send(request, stream=True)
         response = self._transport.handle_request(request)
         response.request = request  # as the Client does: errors raised while reading name it
         return response
