@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import shutil
 import struct
 import subprocess
@@ -272,13 +273,16 @@ def test_truncated_and_wrong_format_files_fail_clearly(mic: Any, speech: Path,
     (tmp_path / "header.wav").write_bytes(raw[:30])
     (tmp_path / "text.wav").write_bytes(b"not audio at all, just text" * 10)
     _float_wav(tmp_path / "float.wav")
+    os.mkfifo(tmp_path / "fifo.wav")  # opening it would block until a writer came
     m = mic(RunOptions(capture_output=True, dirs=[(str(tmp_path), "/a")]))
     fd = m.create()
     for name, why in (("cut.wav", "is truncated: its header declares"),
                       ("header.wav", "truncated inside its WAV header"),
                       ("text.wav", "is not a PCM WAV file"),
                       ("float.wav", "is not a PCM WAV file (unknown format: 3)"),
-                      ("missing.wav", "cannot open missing.wav")):
+                      ("missing.wav", "cannot open missing.wav"),
+                      ("fifo.wav", "fifo.wav is not a regular file"),
+                      (".", "is not a regular file")):
         assert m.set(fd, {"source": "file", "path": f"/a/{name}"}) == abi.EIO, name
         assert why in m.status(fd)["last_error"], name
         assert m.wait(fd, 0) == abi.EPOLLERR

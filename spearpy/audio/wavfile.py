@@ -12,6 +12,7 @@ error; decoding runs on the pump's thread.
 from __future__ import annotations
 
 import os
+import stat
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,9 @@ class FileSource:
         self._fmt = fmt
         self._path = path
         try:
+            # A FIFO or a device in a mount would block or never end: only files.
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise AudioFileError(f"{path.name} is not a regular file")
             self._file: BinaryIO = open(path, "rb")  # noqa: SIM115 (closed by close())
         except OSError as exc:
             raise AudioFileError(f"cannot open {path.name}: {exc.strerror}") from None
