@@ -64,6 +64,8 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
     from spearpy.serve.store import StoreLocked
 
     token = token_from_env(token)
+    if ray_address and executor != "threads":
+        raise click.UsageError("--ray is an executor of its own: leave out --executor")
     try:
         check_bind(bind, token)
         config = ServeConfig(modules_dir=modules_dir, token=token,

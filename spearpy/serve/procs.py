@@ -154,7 +154,10 @@ class ProcessRuns:
         try:
             while True:
                 message = worker.results.recv()
-                self._handle(worker, message)
+                try:
+                    self._handle(worker, message)
+                except Exception:  # the service's side failed: the worker is fine
+                    _log.exception("serve: handling a worker's message failed")
         except (EOFError, OSError):
             pass  # it exited (or was killed)
         finally:
