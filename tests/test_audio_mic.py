@@ -2,9 +2,9 @@
 
 Speech comes from espeak-ng (a real WAV made at test time, 22050 Hz mono),
 played through the file source and resampled to 24000 and 16000 Hz. The
-hostcalls are driven two ways: one by one from Python through a small WAT
-guest bound to a real GuestRun (tests/wat/mic_probe.wat), and end to end by
-the C guest c_mic_read under `spearpy run` and Host.run.
+hostcalls are driven one by one from Python through a small WAT guest bound
+to a real GuestRun (tests/wat/mic_probe.wat); test_audio_mic_guest.py runs
+the C guest c_mic_read end to end.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import threading
 import wave
 from collections.abc import Iterator
@@ -26,18 +24,11 @@ from typing import Any
 import pytest
 
 from spearpy import abi
-from spearpy.audio.budget import EDQUOT
 from spearpy.instance import RunOptions
-from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
-from spearpy.outcome import Outcome
-from spearpy.streams import ssf
-from spearpy.streams.hub import StreamHub
 from spearpy.testing.instance import LiveInstance
+from tests.mic_support import make_speech
 from tests.probe import wat_module
 
-ROOT = Path(__file__).resolve().parents[1]
-GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
-HANG_GUARD_S = 120  # only against a hung host; nothing asserts on time
 OUT, LEN, PARAMS, EV = 65536, 16, 1024, 32
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
@@ -46,22 +37,12 @@ pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
 
 @pytest.fixture(scope="module")
 def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("speech") / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(path), "the quick brown fox jumps over the lazy dog"],
-                   check=True, timeout=HANG_GUARD_S)
-    return path
+    return make_speech(tmp_path_factory.mktemp("speech") / "speech.wav")
 
 
 def rms(pcm: bytes) -> float:
     samples = struct.unpack(f"<{len(pcm) // 2}h", pcm[:len(pcm) // 2 * 2])
     return math.sqrt(sum(s * s for s in samples) / max(1, len(samples)))
-
-
-def fnv(data: bytes) -> str:
-    h = 2166136261
-    for b in data:
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return f"{h:08x}"
 
 
 class Mic(LiveInstance):
@@ -137,24 +118,6 @@ def mic(make_host: Any) -> Iterator[Any]:
 
 def mic_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("spearpy-mic-")]
-
-
-def run_guest(*args: str, host_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "spearpy", "run", "--quiet", "--no-cache", *host_args,
-           str(GUEST), "--", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
-                          check=False)
-
-
-def summary(stdout: str) -> dict[str, Any]:
-    fields = next(line for line in stdout.splitlines() if line.startswith("frames ")).split()
-    out: dict[str, Any] = {k: int(v) for k, v in zip(fields[0::2], fields[1::2], strict=True)
-                           if k != "fnv"}
-    out["fnv"] = fields[-1]
-    out["end"] = next(line for line in stdout.splitlines() if line.startswith("end: "))[5:]
-    out["status"] = json.loads(next(line for line in stdout.splitlines()
-                                    if line.startswith("status: "))[8:])
-    return out
 
 
 # ---- the stub ------------------------------------------------------------------------
@@ -290,22 +253,6 @@ def test_truncated_and_wrong_format_files_fail_clearly(mic: Any, speech: Path,
     assert m.status(fd)["last_error"] is None
 
 
-def test_the_c_guest_reads_speech_to_hup_at_both_paces(speech: Path) -> None:
-    params = json.dumps({"source": "file", "path": "/audio/speech.wav",
-                         "sample_rate_hz": 24000, "frame_ms": 20, "max_queue_bytes": 4096})
-    results = {}
-    for pace in ("fast", "realtime"):
-        proc = run_guest(params, host_args=("--mic-pace", pace, "--dir",
-                                            f"{speech.parent}:/audio"))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        results[pace] = summary(proc.stdout)
-    fast, realtime = results["fast"], results["realtime"]
-    assert fast["end"] == "hup" and fast["frame_min"] == fast["frame_max"] == 960
-    # Fast waits for room in a small queue and loses nothing: the same audio.
-    assert fast["status"]["dropped_frames"] == 0
-    assert (fast["frames"], fast["fnv"]) == (realtime["frames"], realtime["fnv"])
-
-
 # ---- the device --------------------------------------------------------------------------
 
 
@@ -325,61 +272,6 @@ def test_device_without_a_microphone_fails_or_falls_back(mic: Any) -> None:
     assert m.wait(fd, -1) & abi.EPOLLIN and m.read(fd)[0] == 480
 
 
-def test_mic_file_stands_in_for_the_device(speech: Path) -> None:
-    """SPEAR's mic_rtasr asks for a device with to_stub false: --mic-file serves it."""
-    params = json.dumps({"sample_rate_hz": 24000, "channels": 1, "format": "pcm16",
-                         "frame_ms": 20, "source": "device", "fallback": {"to_stub": False}})
-    proc = run_guest(params, host_args=("--mic-file", str(speech), "--mic-pace", "fast"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = summary(proc.stdout)
-    assert result["end"] == "hup" and result["frames"] > 100
-    assert result["status"]["source"] == "file"
-
-
-# ---- the user stream ----------------------------------------------------------------------
-
-
-def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
-    host = make_host(base_url="http://127.0.0.1:9/v1")
-    hub = StreamHub()
-    pieces = [bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate((1, 333, 640, 97))]
-
-    def client() -> None:
-        session = hub.connect()
-        for seq, piece in enumerate(pieces):
-            # Each piece lands while the guest is blocked in spear_epoll_wait
-            # (its mic found nothing to read), so the frame wakes the wait.
-            assert hub.wait_guest_idle(HANG_GUARD_S)
-            assert session.push_wait(ssf.build(7, seq, piece), timeout=HANG_GUARD_S)
-        # Closed only once the guest took everything (a session's end drops
-        # what its streams still hold).
-        channel = next(c for c in hub.channels_of(session) if c.stream_id == 7)
-        assert hub.wait_room(lambda: not len(channel.inbound), HANG_GUARD_S)
-        session.close()
-
-    sender = threading.Thread(target=client, daemon=True)
-    sender.start()
-    results: list[Any] = []
-    # On a thread of its own: a guest deadlocked inside a hostcall would not
-    # even reach its deadline, and must fail the test, not hang it.
-    runner = threading.Thread(target=lambda: results.append(host.run(
-        GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
-                             "\"sample_rate_hz\":16000,\"frame_ms\":20}"],
-        streams=hub, limits={"timeout": HANG_GUARD_S / 2})), daemon=True)
-    runner.start()
-    runner.join(HANG_GUARD_S)
-    sender.join(HANG_GUARD_S)
-    assert results, "the run hung"
-    result = results[0]
-    assert result.exit_code == 0, result.stdout
-    got = summary(result.stdout.decode())
-    sent = b"".join(pieces)
-    padded = sent + bytes(-len(sent) % 640)  # the tail is padded to a whole frame
-    assert (got["end"], got["bytes"], got["frame_min"], got["frame_max"]) == \
-        ("hup", len(padded), 640, 640)
-    assert got["fnv"] == fnv(padded)
-
-
 # ---- queues, limits, the end of waits and threads -------------------------------------------
 
 
@@ -394,40 +286,6 @@ def test_a_full_queue_drops_the_oldest_frames(mic: Any) -> None:
         m.run.interrupts.wait(0.01)
         status = m.status(fd)
     assert status["queue_bytes"] <= status["max_queue_bytes"] == 64
-
-
-@pytest.mark.parametrize(("config", "limit", "frames"), [
-    ({"max_audio_bytes": 6400}, "max_audio_bytes", 10),
-    ({"max_audio_seconds": 0.1}, "max_audio_seconds", 5)])
-def test_the_audio_budget_ends_reading(make_host: Any, config: dict[str, Any], limit: str,
-                                       frames: int) -> None:
-    host = make_host(base_url="http://127.0.0.1:9/v1", **config)
-    events: list[Event] = []
-    result = host.run(GUEST.read_bytes(), ["{\"source\":\"stub\",\"sample_rate_hz\":16000,"
-                                           "\"frame_ms\":20}"], on_event=events.append,
-                      limits={"timeout": HANG_GUARD_S})
-    got = summary(result.stdout.decode())
-    assert result.exit_code == 3 and got["end"] == f"read {EDQUOT}"
-    assert got["frames"] == frames and got["bytes"] == frames * 640
-    assert got["status"]["last_error"].startswith(f"audio limit reached: {limit}")
-    hits = [e.data for e in events if e.kind == LIMIT_HIT]
-    assert hits == [{"limit": limit, "value": config[limit]}]
-
-
-@pytest.mark.parametrize("how", ["cancel", "timeout"])
-def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str) -> None:
-    """A user-stream mic whose client never comes: the guest waits forever."""
-    host = make_host(base_url="http://127.0.0.1:9/v1")
-    cancel = threading.Event()
-
-    def on_event(event: Event) -> None:
-        if event.kind == RUN_START and how == "cancel":
-            threading.Timer(0.3, cancel.set).start()
-
-    result = host.run(GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":1}"],
-                      streams=StreamHub(), cancel=cancel, on_event=on_event,
-                      limits={"timeout": 0.5 if how == "timeout" else HANG_GUARD_S})
-    assert result.outcome is (Outcome.CANCELLED if how == "cancel" else Outcome.TIMEOUT)
 
 
 def test_close_and_the_runs_end_stop_the_source_thread(mic: Any, make_host: Any,

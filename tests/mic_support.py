@@ -1,0 +1,46 @@
+"""What the microphone tests share: espeak-ng speech, the c_mic_read guest
+and the reading of its summary lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
+HANG_GUARD_S = 120  # only against a hung host; nothing asserts on time
+
+
+def make_speech(path: Path) -> Path:
+    """A real speech WAV (espeak-ng: 22050 Hz mono PCM16)."""
+    subprocess.run(["espeak-ng", "-w", str(path), "the quick brown fox jumps over the lazy dog"],
+                   check=True, timeout=HANG_GUARD_S)
+    return path
+
+
+def fnv(data: bytes) -> str:
+    h = 2166136261
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+def run_guest(*args: str, host_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "spearpy", "run", "--quiet", "--no-cache", *host_args,
+           str(GUEST), "--", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
+                          check=False)
+
+
+def summary(stdout: str) -> dict[str, Any]:
+    fields = next(line for line in stdout.splitlines() if line.startswith("frames ")).split()
+    out: dict[str, Any] = {k: int(v) for k, v in zip(fields[0::2], fields[1::2], strict=True)
+                           if k != "fnv"}
+    out["fnv"] = fields[-1]
+    out["end"] = next(line for line in stdout.splitlines() if line.startswith("end: "))[5:]
+    out["status"] = json.loads(next(line for line in stdout.splitlines()
+                                    if line.startswith("status: "))[8:])
+    return out
