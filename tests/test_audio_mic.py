@@ -267,6 +267,7 @@ def test_device_without_a_microphone_fails_or_falls_back(mic: Any) -> None:
     assert m.set(fd, {"source": "device", "fallback": {"to_stub": False}}) == abi.EIO
     status = m.status(fd)
     assert "device mic unavailable" in status["last_error"] and status["generation"] == 2
+    assert m.set(fd, {"source": "device", "fallback.to_stub": False}) == abi.EIO  # dotted key
     assert m.set(fd, {"source": "device", "frame_ms": 10}) == 0  # fallback.to_stub: true
     assert m.status(fd)["source"] == "stub"
     assert m.wait(fd, -1) & abi.EPOLLIN and m.read(fd)[0] == 480
