@@ -333,3 +333,13 @@ def test_hostile_mics_are_bounded(mic: Any) -> None:
     m.u32(LEN, 100000)
     assert int(m.call("p_mic_read", fds[16], (32 << 16) - 8, LEN)) == abi.EFAULT
     assert m.read(fds[16])[0] == 480
+
+
+def test_a_bad_mic_file_fails_the_device_clearly(mic: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.wav"
+    bad.write_text("not audio")
+    m = mic(mic_file=bad)
+    fd = m.create()
+    assert m.set(fd, {"source": "device", "fallback": {"to_stub": False}}) == abi.EIO
+    assert m.status(fd)["last_error"].startswith("--mic-file: notes.wav is not a PCM WAV")
+    assert m.set(fd, {"source": "device"}) == 0 and m.status(fd)["source"] == "stub"
