@@ -343,3 +343,29 @@ def test_a_bad_mic_file_fails_the_device_clearly(mic: Any, tmp_path: Path) -> No
     assert m.set(fd, {"source": "device", "fallback": {"to_stub": False}}) == abi.EIO
     assert m.status(fd)["last_error"].startswith("--mic-file: notes.wav is not a PCM WAV")
     assert m.set(fd, {"source": "device"}) == 0 and m.status(fd)["source"] == "stub"
+
+
+def test_a_raw_pcm_file_is_read_as_is_at_the_requested_format(mic: Any, tmp_path: Path) -> None:
+    pcm = bytes((i * 13) % 256 for i in range(3000))  # 4.7 frames of 640 bytes
+    (tmp_path / "clip.pcm").write_bytes(pcm)
+    m = mic(RunOptions(capture_output=True, dirs=[(str(tmp_path), ".")]), mic_pace="fast")
+    fd = m.create()
+    assert m.set(fd, {"source": "file", "path": "clip.pcm", "sample_rate_hz": 16000,
+                      "frame_ms": 20}) == 0
+    frames = m.drain(fd)
+    assert [len(f) for f in frames] == [640] * 5
+    assert b"".join(frames) == pcm + bytes(5 * 640 - len(pcm))  # the tail padded with silence
+
+
+def test_a_stereo_wav_mixes_down_to_the_exact_mono_samples(mic: Any, tmp_path: Path) -> None:
+    mono = struct.pack("<640h", *((i * 997) % 65536 - 32768 for i in range(640)))
+    with wave.open(str(tmp_path / "stereo.wav"), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"".join(mono[i:i + 2] * 2 for i in range(0, len(mono), 2)))
+    m = mic(RunOptions(capture_output=True, dirs=[(str(tmp_path), "/a")]), mic_pace="fast")
+    fd = m.create()
+    assert m.set(fd, {"source": "file", "path": "/a/stereo.wav", "sample_rate_hz": 16000,
+                      "frame_ms": 20}) == 0
+    assert b"".join(m.drain(fd)) == mono  # 640 samples: two whole frames, no padding

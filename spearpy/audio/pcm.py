@@ -47,8 +47,9 @@ def remix(samples: Samples, channels: int) -> Samples:
 
 
 def to_pcm16(samples: Samples) -> bytes:
-    clipped = np.clip(samples, -1.0, 1.0) * 32767.0
-    pcm: bytes = np.rint(clipped).astype("<i2").tobytes()
+    """The inverse of to_float's scale, so 16-bit samples come back exact."""
+    scaled = np.clip(np.rint(samples * 32768.0), -32768.0, 32767.0)
+    pcm: bytes = scaled.astype("<i2").tobytes()
     return pcm
 
 

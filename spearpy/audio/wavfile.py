@@ -99,10 +99,17 @@ class FileSource:
                                             dtype="float32", quality="HQ")
         chunks = Rechunker(fmt.frame_bytes)
         left = self.data_bytes - self.data_bytes % block
+        # Already the mic's format: the bytes go through untouched.
+        same = resampler is None and self.sampwidth == 2 and self.channels == fmt.channels
         while True:
             raw = self._file.read(min(step, left)) if left > 0 else b""
             left -= len(raw)
             last = not raw or left <= 0
+            if same:
+                yield from chunks.feed(raw)
+                if last:
+                    break
+                continue
             samples = remix(to_float(raw, self.sampwidth, self.channels), fmt.channels)
             if resampler is not None:
                 samples = resampler.resample_chunk(samples, last=last).reshape(-1, fmt.channels)
