@@ -327,3 +327,23 @@ def test_protocol_errors_get_problem_bodies(client: httpx.Client) -> None:
     # Without a token, only loopback names: a DNS-rebinding page sends its own.
     assert_problem(client.get("/v1/runs", headers={"host": "evil.example:8700"}), 421)
     assert client.get("/healthz", headers={"host": "localhost:1"}).status_code == 200
+
+
+def test_a_replaced_module_is_run_once_its_cache_entry_is_old(tmp_path: Path) -> None:
+    mods = tmp_path / "modules"
+    mods.mkdir()
+    shutil.copy(SAMPLES / "c_hello.wasm", mods / "agent.wasm")
+    config = ServeConfig(modules_dir=mods, state_dir=tmp_path / "state",
+                         host=HostConfig(backend=CHAT_BACKEND, cache_dir=None))
+    with BackgroundServer(create_app(config), grace=0.5) as running, \
+            httpx.Client(base_url=running.url, timeout=30) as c:
+        first = c.post("/v1/runs", json={"module": "agent", "wait": True}).json()
+        shutil.copy(SAMPLES / "c_chat.wasm", mods / "agent.wasm")
+        time.sleep(1.2)  # RecentModules keeps what it loaded for 1 s
+        second = c.post("/v1/runs", json={"module": "agent", "wait": True}).json()
+        (mods / "agent.wasm").unlink()
+        time.sleep(1.2)
+        gone = c.post("/v1/runs", json={"module": "agent", "wait": True})
+    assert first["sha256"] != second["sha256"]
+    assert "hello" in first["stdout"].lower() and second["outcome"] == "exited"
+    assert_problem(gone, 422, "unknown-module")

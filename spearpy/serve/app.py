@@ -28,7 +28,7 @@ from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns
 from spearpy.serve.fanout import Hub
-from spearpy.serve.modules import ModuleDir
+from spearpy.serve.modules import ModuleDir, RecentModules
 from spearpy.serve.problems import exception_handlers
 from spearpy.serve.routes import routes
 from spearpy.serve.runs import HostPool, RunManager
@@ -43,6 +43,7 @@ class Service:
     def __init__(self, config: ServeConfig, host: Host | None) -> None:
         self.config = config
         self.modules = ModuleDir(config.modules_path)
+        self.recent_modules = RecentModules()
         base = host if host is not None else Host(config.host or HostConfig())
         self.hosts = HostPool(base, owned=host is None)
         # Every backend's key, not only the default one's: a guest may pick any.

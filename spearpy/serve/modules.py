@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spearpy.errors import SpearpyError
 from spearpy.inspect import inspect_module
 from spearpy.serve.problems import Problem
+
+if TYPE_CHECKING:
+    from spearpy.host import Host, LoadedModule
+    from spearpy.serve.schema import RunRequest
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 MAX_MODULE_BYTES = 256 << 20
@@ -82,3 +87,35 @@ class ModuleDir:
             with self._lock:
                 self._reports[digest] = report
         return {"name": file_name, "bytes": len(wasm), "sha256": digest, **report}
+
+
+Loaded = tuple["Host", "LoadedModule", bytes]  # the run's Host, its module there, the bytes
+
+
+class RecentModules:
+    """What the last runs of a module loaded, for `ttl` seconds.
+
+    Reading and loading a module takes a hop off the event loop (file I/O,
+    hashing); under load every hop waits for the GIL behind the guests'
+    threads, the largest part of a short run's time in the service. A module
+    file replaced on disk is picked up once its entry is `ttl` old."""
+
+    def __init__(self, ttl: float = 1.0, size: int = 64) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._entries: dict[tuple[str, str | None, str | None], tuple[float, Loaded]] = {}
+
+    def get(self, run: RunRequest) -> Loaded | None:
+        entry = self._entries.get((run.module, run.model, run.backend))
+        if entry is None or time.monotonic() - entry[0] > self._ttl:
+            return None
+        return entry[1]
+
+    def put(self, run: RunRequest, loaded: Loaded) -> None:
+        now = time.monotonic()
+        # Old entries go, so no module's bytes stay long after its last run.
+        self._entries = {key: entry for key, entry in self._entries.items()
+                         if now - entry[0] <= self._ttl}
+        if len(self._entries) >= self._size:
+            self._entries.clear()  # many names in a second: not worth keeping
+        self._entries[(run.module, run.model, run.backend)] = (now, loaded)

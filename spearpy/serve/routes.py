@@ -24,8 +24,8 @@ from spearpy.serve.store import EventRow
 from spearpy.serve.streams import stream_routes
 
 if TYPE_CHECKING:
-    from spearpy.host import Host, LoadedModule
     from spearpy.serve.app import Service
+    from spearpy.serve.modules import Loaded
     from spearpy.serve.schema import RunRequest
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -59,8 +59,12 @@ async def create_run(request: Request) -> Response:
     limits = check_limits(run.limits, service.hosts.base.config)
     runs.take_slot()
     try:
-        # One hop off the loop for all three (each hop is a thread hand-off).
-        host, module, wasm = await asyncio.to_thread(_load, service, run)
+        loaded = service.recent_modules.get(run)
+        if loaded is None:
+            # One hop off the loop for all three (each hop is a thread hand-off).
+            loaded = await asyncio.to_thread(_load, service, run)
+            service.recent_modules.put(run, loaded)
+        host, module, wasm = loaded
         live = await runs.start(run, host, module, limits, wasm)
     except ModuleLoadError as exc:
         runs.give_slot()
@@ -72,12 +76,14 @@ async def create_run(request: Request) -> Response:
     if run.wait:
         # Shielded: a client that hangs up stops waiting, not the run.
         await asyncio.shield(live.done)
+        if live.inserted is not None:
+            live.inserted.result()  # done before the end was: raises if the record failed
     row = live.row  # what the store has committed by now (done: the finished record)
     view = run_view(row, full=run.wait, cancel_requested=live.cancel.is_set())
     return service.json(view, 201, {"Location": view["urls"]["self"]})
 
 
-def _load(service: Service, run: RunRequest) -> tuple[Host, LoadedModule, bytes]:
+def _load(service: Service, run: RunRequest) -> Loaded:
     name, wasm = service.modules.read(run.module, 422)
     host = service.hosts.get(run.model, run.backend)
     return host, host.load(wasm, name), wasm

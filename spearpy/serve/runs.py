@@ -15,6 +15,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ class LiveRun:
     # The record as stored (request and result as objects), finished once the
     # run ends: a waiting POST answers from it without reading the store back.
     row: dict[str, Any] = field(default_factory=dict)
+    inserted: Future[None] | None = None  # the record's commit, when nobody awaited it
 
 
 class RunManager:
@@ -117,8 +119,13 @@ class RunManager:
             raise
         # Answered only once the record is on disk: a client that got the id
         # must find the run. A failed insert fails the request; the run
-        # then ends on its own, its events and end unrecorded.
-        await asyncio.wrap_future(inserted)
+        # then ends on its own, its events and end unrecorded. A waiting
+        # request checks it after the end instead (committed in order, the
+        # insert is done by then): one hop less through the loop.
+        if not request.wait:
+            await asyncio.wrap_future(inserted)
+        else:
+            live.inserted = inserted
         return live
 
     def cancel(self, run_id: str, reason: str) -> bool:
