@@ -244,17 +244,29 @@ def _charge_new_messages(run: GuestRun, session: ChatSession, kept: int) -> int:
     host-memory budget. Past it the run's interrupt is set, which the loop
     obeys before its next step, so one send cannot pile up gigabytes."""
     messages = session.messages
-    if len(messages) > kept:
-        size = sum(_message_bytes(m) for m in messages[kept:])
-        with contextlib.suppress(HostInterrupt):
+    count = len(messages)
+    if count > kept:
+        # One plain loop: this runs after every step of every send (a
+        # generator and sum() cost more than the counting here).
+        size = 0
+        for index in range(kept, count):
+            message = messages[index]
+            content = message.get("content")
+            if isinstance(content, str):
+                size += len(content)
+            calls = message.get("tool_calls")
+            if calls:
+                size += _tool_calls_bytes(calls)
+        try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
             run.charge(size, "replies and tool outputs")
-    return len(messages)
+        except HostInterrupt:
+            pass  # noted on the run; the loop obeys it before its next step
+    return count
 
 
-def _message_bytes(message: dict[str, Any]) -> int:
-    content = message.get("content")
-    size = len(content) if isinstance(content, str) else 0
-    for call in message.get("tool_calls") or ():
+def _tool_calls_bytes(calls: Any) -> int:
+    size = 0
+    for call in calls:
         function = call.get("function") or {}
         size += len(str(function.get("arguments", ""))) + len(str(function.get("name", "")))
     return size
