@@ -130,9 +130,11 @@ def _make_callback(
                 run.note_host_bug(name, exc)
                 value = on_error
             if store is not None:
-                # Wrapped to the result's width as ctypes did (a u32 answer
-                # reaches the guest as the same 32 bits).
-                store(space, raw - 1, (((value or 0) + sign) & mask) - sign)
+                try:
+                    store(space, raw - 1, value or 0)
+                except struct.error:  # wrapped to the result's width: a u32
+                    # answer reaches the guest as the same 32 bits
+                    store(space, raw - 1, (((value or 0) + sign) & mask) - sign)
             return 0
         except BaseException as exc:
             return trap_pointer(_escaped(f"hostcall {name}", exc))
