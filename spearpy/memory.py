@@ -142,16 +142,24 @@ class GuestMemory:
     def write_with_u32(self, ptr: int, data: bytes, word_ptr: int, word: int) -> None:
         """`data` at ptr and a u32 at word_ptr, both checked first (a tool
         call's arguments and its output capacity)."""
-        ptr, word_ptr = self._fit(ptr, len(data)), self._fit(word_ptr, 4)
-        view = self._window()
-        view[ptr:ptr + len(data)] = data
+        size = len(data)
+        ptr &= U32_MAX
+        word_ptr &= U32_MAX
+        view = self._view
+        if view is None or ptr + size > self._known or word_ptr + 4 > self._known:
+            ptr, word_ptr = self._fit(ptr, size), self._fit(word_ptr, 4)
+            view = self._window()
+        view[ptr:ptr + size] = data
         _U32.pack_into(view, word_ptr, word & U32_MAX)
 
     def read_counted(self, word_ptr: int, ptr: int, capacity: int) -> tuple[int, bytes | None]:
         """The u32 length at word_ptr and, when it is within `capacity`, that
         many bytes at ptr (None when it is not): a tool's output."""
-        word_ptr = self._fit(word_ptr, 4)
-        view = self._window()
+        word_ptr &= U32_MAX
+        view = self._view
+        if view is None or word_ptr + 4 > self._known:
+            word_ptr = self._fit(word_ptr, 4)
+            view = self._window()
         length: int = _U32.unpack_from(view, word_ptr)[0]
         if length > capacity:
             return length, None
