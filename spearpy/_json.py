@@ -104,10 +104,16 @@ def compact_object_with(value: dict[str, Any], key: str, encoded: bytes) -> byte
     compact_bytes(value[key])."""
     if not all(type(name) is str for name in value):
         return compact_bytes(value)  # json turns other keys into strings; keep its spelling
-    parts = [_COMPACT.encode(name).encode() + b":"
-             + (encoded if name == key else _COMPACT.encode(member).encode())
-             for name, member in value.items()]
-    return b"{" + b",".join(parts) + b"}"
+    parts = [b"{"]
+    for name, member in value.items():
+        if len(parts) > 1:
+            parts.append(b",")
+        parts.append(_COMPACT.encode(name).encode())
+        parts.append(b":")
+        # The large member is copied once, by the join.
+        parts.append(encoded if name == key else _COMPACT.encode(member).encode())
+    parts.append(b"}")
+    return b"".join(parts)
 
 
 def _reject_constant(token: str) -> object:
