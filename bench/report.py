@@ -126,6 +126,11 @@ def machine_line(doc: dict[str, Any], source: str) -> str:
     packages = m.get("packages") or {}
     return (f"Measured {doc.get('created')} on {m.get('host')} ({m.get('cpus')} CPUs, "
             f"{m.get('cpu_model')}; Python {m.get('python')}, wasmtime-py "
-            f"{packages.get('wasmtime')}; 1-minute load at start {m.get('load_1min_at_start')}"
+            f"{packages.get('wasmtime')}; 1-minute load at start {_load(m)}"
             f"), commit {m.get('commit')}, {'quick' if doc.get('quick') else 'full'} run of "
             f"{doc.get('elapsed_s')} s; every number below is in `{source}`.")
+
+
+def _load(meta: dict[str, Any]) -> str:
+    load = meta.get("load_1min_at_start")
+    return f"{load:.2f}" if isinstance(load, int | float) else "unknown"
