@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from spearpy._lazy import lazy_names
 
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
+
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend, CompletionRequest
     from spearpy.chat.protocol import CompletionResult

@@ -56,3 +56,16 @@ def test_help_and_version_through_the_entry_point_import_nothing_heavy() -> None
                               text=True, timeout=60, check=True)
         assert shows in done.stdout, (flag, done.stdout)
         assert "LOADED []" in done.stdout, (flag, done.stdout)
+
+
+def test_the_version_is_the_installed_one() -> None:
+    # `--version` reads spearpy.__version__ (no importlib.metadata at start-up);
+    # pyproject.toml takes the package version from it, so they cannot drift.
+    from importlib.metadata import version
+
+    import spearpy
+
+    done = subprocess.run([sys.executable, "-m", "spearpy", "--version"], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert spearpy.__version__ == version("spearpy")
+    assert done.stdout.strip().endswith(f"version {version('spearpy')}")

@@ -11,6 +11,8 @@ import importlib
 
 import click
 
+from spearpy import __version__
+
 # command name -> (module, attribute, the one line `spearpy --help` shows).
 # The line is kept here so that listing the commands imports none of them
 # (nor wasmtime, httpx or pydantic-settings through them).
@@ -56,6 +58,8 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup)
-@click.version_option(package_name="spearpy")
+# The version as spearpy/__init__.py states it (pyproject.toml reads it from
+# there): asking importlib.metadata would import it, ~25 ms of `--version`.
+@click.version_option(version=__version__, package_name="spearpy")
 def main() -> None:
     """Run SPEAR-ABI WebAssembly agents with chat-completion hostcalls."""
