@@ -29,7 +29,7 @@ from spearpy.host import Host
 PAYLOAD = ('{"text":"' + "x" * 189 + '"}')  # 200 bytes of JSON arguments
 assert len(PAYLOAD) == 200
 CONTENT = b"y" * 200
-HOSTCALLS_PER_OP = 100
+HOSTCALLS_PER_OP = 1000
 _MAX_ROLE_LEN = max(len(role) for role in abi.ROLES)
 _U32 = struct.Struct("<I")
 
@@ -162,7 +162,7 @@ def run(quick: bool) -> list[Row]:
                 tools["spearpy"], tools["c-api floor"],
                 note="information: what spearpy's checks and bookkeeping cost"),
         ]
-        rows.append(_hostcall_row(guest, plain, repeats, max(batch // 100, 5)))
+        rows.append(_hostcall_row(guest, plain, repeats, max(batch // HOSTCALLS_PER_OP, 2)))
         return rows
     finally:
         _native.enter_run(previous)
