@@ -3,8 +3,6 @@
 Every import gets a status:
 - "implemented": a spear hostcall spearpy implements, or a WASI preview 1
   function (wasmtime's WASI, with spearpy's own poll_oneoff/clock_time_get);
-- "enosys": a hostcall SPEAR has and spearpy links only so the module
-  instantiates; every call returns -38 (ENOSYS). Runnable, with a note;
 - "unknown": nothing provides it: the module cannot be instantiated.
 """
 
@@ -17,10 +15,9 @@ import wasmtime
 from spearpy import abi
 from spearpy.errors import ModuleLoadError
 from spearpy.hostcalls import HOSTCALLS
-from spearpy.hostcalls.unsupported import UNSUPPORTED
 
 _WASI = "wasi_snapshot_preview1"
-IMPLEMENTED, ENOSYS, UNKNOWN = "implemented", "enosys", "unknown"
+IMPLEMENTED, UNKNOWN = "implemented", "unknown"
 
 # Every function of WASI preview 1 (wasmtime links them all).
 WASI_PREVIEW1: Final = frozenset({
@@ -51,8 +48,6 @@ def _expected_signature(name: str) -> str:
 
 def import_status(module: str, name: str) -> str:
     if module == abi.IMPORT_MODULE:
-        if name in UNSUPPORTED:
-            return ENOSYS
         return IMPLEMENTED if name in HOSTCALLS else UNKNOWN
     if module == _WASI:
         return IMPLEMENTED if name in WASI_PREVIEW1 else UNKNOWN
@@ -89,7 +84,7 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
             problems.append(problem)
         if item.module == abi.IMPORT_MODULE:
             spear_imports.append({"name": name, "signature": signature, "status": status,
-                                  "provided": status != UNKNOWN, "enosys": status == ENOSYS})
+                                  "provided": status != UNKNOWN})
         else:
             other_imports.append({"module": item.module, "name": item.name,
                                   "signature": signature, "status": status})
@@ -107,9 +102,6 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
                 table_name is None or export.name == "__indirect_function_table"):
             table_name = export.name
     names = {e["name"] for e in exports}
-    enosys = [i["name"] for i in spear_imports if i["status"] == ENOSYS]
-    notes = [f"spear.{name} is not implemented here: every call returns -38 (ENOSYS)"
-             for name in enosys]
     return {
         "exports_memory": any(e["kind"] == "memory" for e in exports),
         "funcref_table": table_name,
@@ -118,9 +110,6 @@ def inspect_module(wasm: bytes) -> dict[str, Any]:
         "spear_imports": spear_imports,
         "other_imports": other_imports,
         "exports": exports,
-        "enosys_imports": enosys,
-        "notes": notes,
         "problems": problems,
-        # ENOSYS imports link: the module runs, and the guest sees -38 from them.
         "runnable": not problems,
     }

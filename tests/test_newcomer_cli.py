@@ -1,11 +1,12 @@
-"""Issue 18, the errors a newcomer meets: inspect says which imports return
-ENOSYS, byte sizes take units, a missing API key is refused at start naming
+"""Issue 18, the errors a newcomer meets: inspect says whether every import
+is provided, byte sizes take units, a missing API key is refused at start naming
 the variable, and a send without a model says how to choose one."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import wasmtime
 
 from spearpy.config import HostConfig
 from spearpy.host import Host
+from spearpy.hostcalls import HOSTCALLS
 from spearpy.inspect import inspect_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,14 +25,13 @@ HELLO = ROOT / "wasm-samples" / "c_hello.wasm"
 CHAT_SCRIPT = ROOT / "wasm-samples" / "scripts" / "chat.json"
 HANG_GUARD_S = 120
 
-# _start calls mic_create (ENOSYS here) and exits with minus what it returned.
-ENOSYS_GUEST = """(module
+# _start calls mic_create and exits 1 if it failed (the -38 of a stub), else 0.
+MIC_GUEST = """(module
   (import "spear" "cchat_create" (func $create (result i32)))
   (import "spear" "mic_create" (func $mic (result i32)))
   (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
   (memory (export "memory") 1)
-  (func (export "_start") (call $exit (i32.sub (i32.const 0) (call $mic)))))"""
-
+  (func (export "_start") (call $exit (i32.lt_s (call $mic) (i32.const 0)))))"""
 
 def cli(*args: str, env: dict[str, str] | None = None,
         drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
@@ -47,19 +48,30 @@ def wasm(text: str) -> bytes:
 # ---- inspect -------------------------------------------------------------------
 
 
-def test_an_enosys_import_is_runnable_and_named(tmp_path: Path) -> None:
-    report = inspect_module(wasm(ENOSYS_GUEST))
+def test_every_import_of_spears_header_is_implemented() -> None:
+    # SPEAR's audio and stream families were linked as -38 ENOSYS stubs until
+    # issues 17 and 20; now each import the header declares is a real
+    # hostcall with the header's arity, so inspect has no "enosys" state left.
+    header = (ROOT / "guest" / "c" / "spear.h").read_text()
+    declared = {name: 0 if args.strip() == "void" else args.count(",") + 1
+                for name, args in re.findall(r'SPEAR_IMPORT\("(\w+)"\)[^(]*\(([^)]*)\)', header)}
+    assert {"mic_create", "rtasr_ctl", "user_stream_write"} <= set(declared)
+    arity = {name: len(params) for name, (params, _r, _f) in HOSTCALLS.items()}
+    assert {name: arity.get(name) for name in declared} == declared
+
+
+def test_an_audio_import_is_runnable(tmp_path: Path) -> None:
+    report = inspect_module(wasm(MIC_GUEST))
     status = {i["name"]: i["status"] for i in report["spear_imports"]}
-    assert status == {"cchat_create": "implemented", "mic_create": "enosys"}
+    assert status == {"cchat_create": "implemented", "mic_create": "implemented"}
     assert report["other_imports"][0]["status"] == "implemented"
-    assert report["runnable"] and report["enosys_imports"] == ["mic_create"]
+    assert report["runnable"] and not report["problems"]
     module = tmp_path / "mic.wasm"
-    module.write_bytes(wasm(ENOSYS_GUEST))
+    module.write_bytes(wasm(MIC_GUEST))
     text = cli("inspect", str(module)).stdout
-    assert "runnable: yes, but 1 import(s) return -38 (ENOSYS) here: mic_create" in text
-    assert "mic_create" in text and "not implemented here: returns -38 (ENOSYS)" in text
-    # ... and -38 is what the guest gets: it exits with 38.
-    assert cli("run", "-q", "--no-cache", str(module)).returncode == 38
+    assert "runnable: yes" in text and "ENOSYS" not in text
+    # mic_create opens a real fd now.
+    assert cli("run", "-q", "--no-cache", str(module)).returncode == 0
 
 
 @pytest.mark.parametrize(("module", "name", "problem"), [

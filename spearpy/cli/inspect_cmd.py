@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from spearpy.errors import SpearpyError
-from spearpy.inspect import ENOSYS, IMPLEMENTED, inspect_module
+from spearpy.inspect import IMPLEMENTED, inspect_module
 
-_STATES = {IMPLEMENTED: "implemented", ENOSYS: "not implemented here: returns -38 (ENOSYS)"}
+_STATES = {IMPLEMENTED: "implemented"}
 _UNKNOWN = "UNKNOWN: nothing provides it"
 
 
@@ -20,9 +20,7 @@ _UNKNOWN = "UNKNOWN: nothing provides it"
 def inspect(module: str, as_json: bool) -> None:
     """Show MODULE's imports and exports and whether spearpy can run it.
 
-    Each import is implemented, not implemented here (linked so the module
-    runs, but every call returns -38 ENOSYS), or unknown (the module cannot
-    be instantiated).
+    Each import is implemented or unknown (the module cannot be instantiated).
     """
     try:
         report = inspect_module(Path(module).read_bytes())
@@ -46,11 +44,6 @@ def inspect(module: str, as_json: bool) -> None:
     click.echo("exports:")
     for item in report["exports"]:
         click.echo(f"  {item['name']:<28} {item['kind']}")
-    enosys = report["enosys_imports"]
-    if report["runnable"] and enosys:
-        click.echo(f"runnable: yes, but {len(enosys)} import(s) return -38 (ENOSYS) here: "
-                   f"{', '.join(enosys)}")
-    else:
-        click.echo(f"runnable: {'yes' if report['runnable'] else 'no'}")
+    click.echo(f"runnable: {'yes' if report['runnable'] else 'no'}")
     for problem in report["problems"]:
         click.echo(f"  problem: {problem}")

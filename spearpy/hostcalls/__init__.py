@@ -10,12 +10,9 @@ from spearpy.hostcalls import chat, fd, system, wasi_poll
 from spearpy.hostcalls.mic import MIC_HOSTCALLS
 from spearpy.hostcalls.rtasr import RTASR_HOSTCALLS
 from spearpy.hostcalls.streams import STREAM_HOSTCALLS
-from spearpy.hostcalls.unsupported import UNSUPPORTED
 
 if TYPE_CHECKING:
     import wasmtime
-
-    from spearpy.instance import GuestRun
 
 
 def _i32s(n: int) -> tuple[str, ...]:
@@ -44,12 +41,6 @@ HOSTCALLS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], HostFn]]] = {
 }
 
 
-def _enosys(_run: GuestRun, *_args: int) -> int:
-    return abi.ENOSYS
-
-
-for _name, _nparams in UNSUPPORTED.items():
-    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _enosys)
 for _name, (_nparams, _fn) in (STREAM_HOSTCALLS | MIC_HOSTCALLS | RTASR_HOSTCALLS).items():
     HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _fn)
 
