@@ -28,7 +28,14 @@ from spearpy.endings import (
 from spearpy.fds import ChatSessionFd, FdTable
 from spearpy.interrupts import Interrupts
 from spearpy.memory import GuestMemory
-from spearpy.observe.events import RUN_END, RUN_START, SESSION_CLOSE, EventBus, EventSink
+from spearpy.observe.events import (
+    AUDIO_CLOSE,
+    RUN_END,
+    RUN_START,
+    SESSION_CLOSE,
+    EventBus,
+    EventSink,
+)
 from spearpy.outcome import Outcome, RunResult, exit_code_for
 from spearpy.secret_env import guest_env
 
@@ -43,6 +50,8 @@ _TOOL_SIGNATURE = ([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
 _UNLIMITED_FUEL = (1 << 63) - 1
 # A guest repeating a host bug must not flood the log with tracebacks.
 MAX_LOGGED_HOST_BUGS = 10
+# A device's last error in its audio_close event: a server's message can be long.
+_MAX_ERROR_CHARS = 512
 
 
 GuestLogSink = Callable[[str, str], None]
@@ -331,7 +340,7 @@ class GuestRun:
         # Fds fed from other threads (mic sources, rtasr connections) stop their
         # workers when closed: none may outlive the run.
         for fd, _entry in self.fds.entries():
-            self.fds.close(fd)
+            self.close_fd(fd, "run_end")
         code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
@@ -341,6 +350,19 @@ class GuestRun:
             stderr=bytes(self.stderr.data) if self.stderr is not None else None,
             usage=dict(self.usage), transcripts=list(self.transcripts), elapsed_ms=elapsed,
         )
+
+    def close_fd(self, fd: int, reason: str) -> int:
+        """Close one fd of the table; a device fd says how it ended in an
+        `audio_close` event (its last error would otherwise go unseen)."""
+        entry = self.fds.lookup(fd)
+        rc = self.fds.close(fd)
+        summary = entry.close_summary() if entry is not None and rc == 0 else None
+        if summary is not None:
+            error = summary.get("last_error")
+            if isinstance(error, str) and len(error) > _MAX_ERROR_CHARS:
+                summary["last_error"] = error[:_MAX_ERROR_CHARS] + "..."
+            self.events.emit(AUDIO_CLOSE, fd, reason=reason, **summary)
+        return rc
 
     def session_closed(self, session: ChatSession) -> None:
         transcript = self.host.transcript_of(self, session)

@@ -38,5 +38,11 @@ class Fd:
         """GET_METRICS JSON, or the errno that refuses it."""
         return abi.EAGAIN if self.pending else {}
 
+    def close_summary(self) -> dict[str, Any] | None:
+        """What an `audio_close` event says of this fd once it is closed (a
+        device fed from another thread: its counts and last error), or None:
+        no event."""
+        return None
+
     def flags(self) -> list[str]:
         return ["O_NONBLOCK"] if self.nonblock else []

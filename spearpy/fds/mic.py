@@ -252,6 +252,9 @@ class MicFd(Fd):
                     "config": self.config.as_json() if self.config is not None else None,
                     "source": self.source, "ended": self.ended}
 
+    def close_summary(self) -> dict[str, Any]:
+        return {"device": "mic", **self.metrics(), "last_error": self.last_error}
+
     def metrics(self) -> dict[str, Any]:
         with self._cond:
             return {"source": self.source, "frames_read": self.frames_read,

@@ -171,6 +171,9 @@ class RtAsrFd(Fd):
     def metrics(self) -> dict[str, Any]:
         return self.status()
 
+    def close_summary(self) -> dict[str, Any]:
+        return {"device": "rtasr", **self.status()}
+
     # ---- the connection's side (its threads) ------------------------------
 
     def next_item(self, stopping: threading.Event, idle_s: float) -> bytes | str | None:

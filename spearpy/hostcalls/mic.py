@@ -149,7 +149,7 @@ def mic_close(run: GuestRun, fd: int) -> int:
     entry = run.fds.lookup(fd)
     if entry is not None and not isinstance(entry, MicFd):
         return abi.EBADF
-    return run.fds.close(fd)
+    return run.close_fd(fd, "guest")
 
 
 # name -> (number of i32 params, implementation); all return i32.

@@ -49,10 +49,14 @@ STREAM_BACKPRESSURE = "stream_backpressure"
 # Frames dropped (reason client_gone: written but never taken; malformed: a
 # client frame that closed its session).
 STREAM_DROP = "stream_drop"
+# A microphone or realtime ASR fd closed (reason guest|run_end): device
+# mic|rtasr, its counts, and last_error (why a device failed; the guest only
+# sees ERR readiness and must ask get-status for it).
+AUDIO_CLOSE = "audio_close"
 
 KINDS = (RUN_START, SEND_START, COMPLETION_START, TOKEN, COMPLETION_END, TOOL_START, TOOL_END,
          LIMIT_HIT, SOURCE_UNAVAILABLE, SEND_END, SESSION_CLOSE, RUN_END, STREAM_OPEN,
-         STREAM_CLOSE, STREAM_SESSION, STREAM_BACKPRESSURE, STREAM_DROP)
+         STREAM_CLOSE, STREAM_SESSION, STREAM_BACKPRESSURE, STREAM_DROP, AUDIO_CLOSE)
 
 
 @dataclass(frozen=True, slots=True)

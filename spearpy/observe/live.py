@@ -77,11 +77,33 @@ def describe(event: ev.Event) -> tuple[str, str] | None:
             return (f"{fd}send {state}: {d.get('iterations', 0)} iteration(s), "
                     f"{d.get('tool_calls', 0)} tool call(s){_tokens(d.get('usage'))}",
                     "green" if d.get("outcome") == "ok" else "red")
+        case ev.SOURCE_UNAVAILABLE:
+            return (f"{fd}tool source {_shown(d.get('server'))} unavailable: "
+                    f"{_printable(d.get('reason'))}"), "yellow"
+        case ev.AUDIO_CLOSE:
+            return _audio_close(fd, d)
         case ev.RUN_END:
             ok = d.get("outcome") == "exited" and d.get("exit_code") == 0
             return (f"run {event.run_id}: {d.get('outcome')}, exit code {d.get('exit_code')}, "
                     f"{_ms(d.get('elapsed_ms'))}", "bold green" if ok else "bold red")
     return None
+
+
+def _printable(value: Any) -> str:
+    # A device's or server's own message: longer than a name, still one line.
+    text = value if isinstance(value, str) else str(value)
+    text = text[:509] + "..." if len(text) > 512 else text
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def _audio_close(fd: str, d: dict[str, Any]) -> tuple[str, str]:
+    device = d.get("device")
+    if d.get("last_error"):
+        return f"{fd}{device} failed: {_printable(d['last_error'])}", "red"
+    moved = (f"{d.get('bytes_read', 0)} bytes read" if device == "mic" else
+             f"{d.get('audio_bytes_written', 0)} bytes sent, "
+             f"{d.get('events_received', 0)} events received")
+    return f"{fd}{device} closed: {moved}", "dim"
 
 
 def _tool_end(fd: str, d: dict[str, Any]) -> tuple[str, str]:

@@ -199,6 +199,8 @@ def _describe(event: ev.Event) -> tuple[str, str]:
             return "warning", "tool source unavailable"
         case ev.SESSION_CLOSE:
             return "debug", "session closed"
+        case ev.AUDIO_CLOSE:
+            return ("warning" if data.get("last_error") else "debug"), "audio fd closed"
     return "info", event.kind
 
 
