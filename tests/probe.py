@@ -11,6 +11,7 @@ import wasmtime
 
 from spearpy import abi
 from spearpy.host import Host
+from spearpy.instance import RunOptions
 from spearpy.testing.instance import LiveInstance
 
 WAT_DIR = Path(__file__).parent / "wat"
@@ -29,8 +30,8 @@ class Probe(LiveInstance):
     # Scratch areas in guest memory (the probe's memory is 4 pages; heap at 128 KiB).
     A, B, C, D = 1024, 8192, 16384, 65536
 
-    def __init__(self, host: Host, wasm: bytes) -> None:
-        super().__init__(host, host.load(wasm))
+    def __init__(self, host: Host, wasm: bytes, options: RunOptions | None = None) -> None:
+        super().__init__(host, host.load(wasm), options)
 
     def hc(self, name: str, *args: int) -> Any:
         return self.call(f"p_{name}", *args)

@@ -25,9 +25,8 @@ import pytest
 
 from spearpy import abi
 from spearpy.instance import RunOptions
-from spearpy.testing.instance import LiveInstance
 from tests.mic_support import make_speech
-from tests.probe import wat_module
+from tests.probe import Probe, wat_module
 
 OUT, LEN, PARAMS, EV = 65536, 16, 1024, 32
 
@@ -45,17 +44,11 @@ def rms(pcm: bytes) -> float:
     return math.sqrt(sum(s * s for s in samples) / max(1, len(samples)))
 
 
-class Mic(LiveInstance):
+class Mic(Probe):
     """The mic hostcalls called as the guest would, on a real GuestRun."""
 
     def __init__(self, host: Any, options: RunOptions | None = None) -> None:
-        super().__init__(host, host.load(wat_module("mic_probe.wat")),
-                         options or RunOptions(capture_output=True))
-
-    def u32(self, ptr: int, value: int | None = None) -> int:
-        if value is not None:
-            self.run.memory.write(ptr, struct.pack("<I", value))
-        return int(struct.unpack("<I", self.run.memory.read(ptr, 4))[0])
+        super().__init__(host, wat_module("mic_probe.wat"), options)
 
     def create(self) -> int:
         return int(self.call("p_mic_create"))

@@ -33,8 +33,7 @@ from spearpy.instance import RunOptions
 from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
 from spearpy.outcome import Outcome
 from spearpy.testing import ScriptedAsrServer
-from spearpy.testing.instance import LiveInstance
-from tests.probe import wat_module
+from tests.probe import Probe, wat_module
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "wasm-samples" / "c_mic_rtasr.wasm"
@@ -55,17 +54,11 @@ def wait_for(check: Callable[[], bool]) -> None:
         time.sleep(0.01)
 
 
-class Asr(LiveInstance):
+class Asr(Probe):
     """The rtasr hostcalls called as the guest would, on a real GuestRun."""
 
     def __init__(self, host: Any, options: RunOptions | None = None) -> None:
-        super().__init__(host, host.load(wat_module("rtasr_probe.wat")),
-                         options or RunOptions(capture_output=True))
-
-    def u32(self, ptr: int, value: int | None = None) -> int:
-        if value is not None:
-            self.run.memory.write(ptr, struct.pack("<I", value))
-        return int(struct.unpack("<I", self.run.memory.read(ptr, 4))[0])
+        super().__init__(host, wat_module("rtasr_probe.wat"), options)
 
     def create(self) -> int:
         return int(self.call("p_rtasr_create"))
