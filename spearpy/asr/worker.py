@@ -5,13 +5,14 @@ close, and `alive` until its thread has finished."""
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from spearpy.fds.rtasr import RtAsrFd
 
 
-class ThreadWorker:
+class ThreadWorker(ABC):
     def __init__(self, fd: RtAsrFd, name: str) -> None:
         self._fd = fd
         self._stopping = threading.Event()
@@ -35,5 +36,6 @@ class ThreadWorker:
             self._done.set()
             self._fd.waker.wake()  # can_change() is now False: an infinite wait may end
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The thread's work; returning ends the worker."""
