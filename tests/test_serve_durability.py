@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -160,3 +161,60 @@ def test_sigterm_lets_runs_finish_within_the_grace_then_cancels(
         cancelled = client.get(spinning["urls"]["self"]).json()
         assert (cancelled["outcome"], cancelled["exit_code"]) == ("cancelled", 130)
         assert f"{grace:g} s grace" in cancelled["message"]
+
+
+def test_a_store_that_refuses_writes_leaves_no_client_waiting(tmp_path: Path) -> None:
+    # The disk refuses every event and the run's end (a real SQLite error,
+    # raised by a trigger, where a full disk would raise SQLITE_FULL): the
+    # waiting request still answers, the live stream still ends with the run.
+    mods = modules_dir(tmp_path)
+    with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as client:
+        db = sqlite3.connect(tmp_path / "state" / "runs.sqlite3")
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON events "
+                   "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+        db.commit()
+        db.close()
+        watching: list[dict[str, Any]] = []
+        started = client.post("/v1/runs", json={"module": "c_multi_tool"}).json()
+
+        def watch() -> None:
+            with client.stream("GET", started["urls"]["events"]) as response:
+                watching.extend(record for _id, record in sse_events(response))
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        waited = client.post("/v1/runs", json={"module": "c_multi_tool", "wait": True})
+        assert waited.status_code == 201, waited.text
+        assert waited.json()["outcome"] == "exited" and MULTI_TOOL_STDOUT in waited.json()["stdout"]
+        watcher.join(60)
+        assert not watcher.is_alive(), "the event stream never ended"
+        assert watching[-1]["kind"] == "run_end" and watching[-1]["outcome"] == "exited"
+        assert any(record["kind"] == "tool_end" for record in watching)
+
+
+def test_a_run_whose_record_is_refused_is_cancelled_and_answered_503(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mods = modules_dir(tmp_path)
+    with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as client:
+        db = sqlite3.connect(tmp_path / "state" / "runs.sqlite3")
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON runs "
+                   "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+        db.commit()
+        refused = client.post("/v1/runs", json={"module": "c_infinite_loop"})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["type"] == "urn:spearpy:problem:store-failed"
+        assert "the disk is full" in refused.json()["detail"]
+        # The spinning guest was cancelled (nobody holds its id) and gave its slot back.
+        deadline = time.monotonic() + 60
+        while "\nspearpy_serve_runs_active 0.0\n" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the refused run was never cancelled"
+            time.sleep(0.05)
+        db.execute("DROP TRIGGER refuse")
+        db.commit()
+        db.close()
+        done = client.post("/v1/runs", json={"module": "c_multi_tool", "wait": True})
+        assert done.status_code == 201 and done.json()["outcome"] == "exited"
+    assert not [r for r in caplog.records if "released too many times" in r.getMessage()
+                or (r.exc_info and "released too many times" in str(r.exc_info[1]))]

@@ -19,6 +19,7 @@ from spearpy.errors import ModuleLoadError
 from spearpy.serve.fanout import follow, sse_message
 from spearpy.serve.openapi import OPENAPI
 from spearpy.serve.problems import Problem
+from spearpy.serve.runs import RunNotRecorded
 from spearpy.serve.schema import check_limits, check_overrides, parse_request, run_view
 from spearpy.serve.store import EventRow
 from spearpy.serve.streams import stream_routes
@@ -70,6 +71,8 @@ async def create_run(request: Request) -> Response:
         runs.give_slot()
         raise Problem(422, f"module {run.module!r} cannot be loaded: {exc}",
                       slug="module-load-error") from None
+    except RunNotRecorded:
+        raise  # started: its end gives the slot back
     except BaseException:
         runs.give_slot()
         raise

@@ -34,6 +34,11 @@ from spearpy.serve.store import EventRow, RunStore
 _log = logging.getLogger("spearpy.serve")
 
 
+class RunNotRecorded(Problem):
+    """The run started but its record could not be stored: it was cancelled,
+    and it gives its slot back when it ends (the caller must not)."""
+
+
 @dataclass
 class LiveRun:
     id: str
@@ -123,7 +128,14 @@ class RunManager:
         # request checks it after the end instead (committed in order, the
         # insert is done by then): one hop less through the loop.
         if not request.wait:
-            await asyncio.wrap_future(inserted)
+            try:
+                await asyncio.wrap_future(inserted)
+            except Exception as exc:
+                # Nobody will hold its id: the run must not go on unseen. It
+                # gives its slot back when it ends, as every started run does.
+                self.cancel(run_id, "request")
+                raise RunNotRecorded(503, f"the run could not be recorded ({exc}); it was "
+                                          "cancelled", slug="store-failed") from exc
         else:
             live.inserted = inserted
         return live

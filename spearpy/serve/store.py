@@ -44,6 +44,8 @@ INTERRUPTED = "the service stopped while the run was in progress (crash or kill)
 _BATCH = 512
 
 EventRow = tuple[int, str, str]  # seq, kind, JSON record
+# Called once the write is done: committed, or refused by the disk (then too,
+# so live clients are never left waiting on a write that will not come).
 AfterCommit = Callable[[], None]
 _log = logging.getLogger("spearpy.serve")
 
@@ -155,28 +157,46 @@ class RunStore:
                     break
                 batch.append(item)
             ops = [op for op in batch if op is not None]
-            error: BaseException | None = None
-            try:
-                self._db.execute("BEGIN")
-                for apply, _done, _after in ops:
-                    apply(self._db)
-                self._db.execute("COMMIT")
-            except Exception as exc:  # disk full, a locked file: fail these writes, go on
-                error = exc
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-            for _apply, done, after in ops:
-                if error is not None:
-                    done.set_exception(error)
-                    continue
+            applies = [apply for apply, _done, _after in ops]
+            error = self._commit(applies)
+            errors: list[BaseException | None] = [error] * len(ops)
+            if error is not None and len(ops) > 1:
+                # One bad write refused the batch: each again on its own, so
+                # it fails alone (not another run's record beside it).
+                errors = [self._commit([apply]) for apply in applies]
+            refused = [e for e in errors if e is not None]
+            if refused:
+                _log.error("store: %d write(s) failed (%s); live clients still get their "
+                           "events, a restart will not (a run whose end was not stored is "
+                           "marked interrupted)", len(refused), refused[0])
+            for (_apply, done, after), failure in zip(ops, errors, strict=True):
+                # Even when the disk refused: live subscribers and a waiting
+                # request hear the events and the end from memory, else a
+                # failed commit of a run's end would leave them waiting forever.
                 if after is not None:
                     try:
                         after()
                     except Exception:  # a subscriber's problem must not stop the writer
                         _log.exception("store: after-commit callback failed")
-                done.set_result(None)
+                if failure is not None:
+                    done.set_exception(failure)
+                else:
+                    done.set_result(None)
             if len(ops) < len(batch):  # the stop marker: everything before it is written
                 return
+
+    def _commit(self, ops: list[Callable[[sqlite3.Connection], None]]) -> BaseException | None:
+        """Apply `ops` in one transaction; the error that refused it, or None."""
+        try:
+            self._db.execute("BEGIN")
+            for apply in ops:
+                apply(self._db)
+            self._db.execute("COMMIT")
+        except Exception as exc:  # disk full, a locked file: fail these writes, go on
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            return exc
+        return None
 
     # ---- reads: any thread, one read connection per thread ------------------
 
