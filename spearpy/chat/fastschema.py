@@ -27,6 +27,8 @@ _SUPPORTED = _ANNOTATIONS | {"type", "properties", "required", "additionalProper
 
 def _is_integer(value: Any) -> bool:
     # jsonschema (draft 4 on): bools are not numbers; 1.0 is an integer.
+    if type(value) is int:  # the common case, decided before the subclass checks
+        return True
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
@@ -77,6 +79,9 @@ def compile_check(schema: Any) -> Check | None:
         checks.append(lambda v: not isinstance(v, list) or all(item(x) for x in v))
     if len(checks) == 1:
         return checks[0]
+    if len(checks) == 2:  # the usual object schema: its type and its properties
+        first, second = checks
+        return lambda v: first(v) and second(v)
     return lambda v: all(check(v) for check in checks)
 
 

@@ -214,7 +214,7 @@ class ToolLoop:
             )
             return
         self._queue = deque(calls)
-        self._transition(LoopEvent.CALLS_RECEIVED)
+        self.state = next_state(self.state, LoopEvent.CALLS_RECEIVED)
 
     def _advance_calls(self) -> CallTool | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
@@ -260,7 +260,7 @@ class ToolLoop:
             action = CallTool(call=call, tool=tool, arguments=call.arguments)
             self._awaiting = action
             return action
-        self._transition(LoopEvent.CALLS_ANSWERED)
+        self.state = next_state(self.state, LoopEvent.CALLS_ANSWERED)
         return None
 
     def _hold(self, call: ToolCall) -> None:

@@ -50,21 +50,28 @@ def normalize_assistant(
     raw: JSONDict = message if isinstance(message, dict) else {}
     entries = _tool_call_entries(raw)
 
-    taken = set(used_ids)
+    # The session's ids are only read: a copy of them would cost every reply
+    # time in proportion to the whole conversation.
+    fresh: set[str] = set()
     calls: list[ToolCall] = []
     for entry_id, name, arguments in entries:
         call_id = entry_id
-        if call_id is None or call_id in taken:
-            call_id = _fresh_id(id_factory, taken)
-        taken.add(call_id)
+        if call_id is None or call_id in fresh or call_id in used_ids:
+            call_id = _fresh_id(id_factory, fresh, used_ids)
+        fresh.add(call_id)
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
 
-    content = _content(raw.get("content"))
+    content = raw.get("content")
+    if content is not None and not isinstance(content, str):
+        content = _content(content)
     if content is None and not calls:
         content = ""  # without tool_calls, strict servers require content
     normalized: JSONDict = {"role": "assistant", "content": content}
     if calls:
-        normalized["tool_calls"] = [tool_call_json(call) for call in calls]
+        normalized["tool_calls"] = [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.name, "arguments": call.arguments}}
+            for call in calls]  # tool_call_json, inlined: once per call of every reply
     return normalized, calls
 
 
@@ -96,8 +103,18 @@ def _tool_call_entries(message: JSONDict) -> list[tuple[str | None, str, str]]:
         name = fn.get("name")
         if not isinstance(name, str) or name == "":
             continue
-        entries.append((_given_id(entry.get("id")), bounded_name(name),
-                        _arguments(fn.get("arguments"))))
+        # The usual shapes (a short name, a short id, string arguments) are
+        # decided here; the helpers handle everything else.
+        if len(name) * 4 > MAX_TOOL_CALL_NAME_BYTES:
+            name = bounded_name(name)
+        call_id = entry.get("id")
+        if not (isinstance(call_id, str) and len(call_id) * 4 <= MAX_TOOL_CALL_ID_BYTES
+                and call_id.strip()):
+            call_id = _given_id(call_id)
+        arguments = fn.get("arguments")
+        if not (isinstance(arguments, str) and arguments.strip()):
+            arguments = _arguments(arguments)
+        entries.append((call_id, name, arguments))
 
     if not entries:
         legacy = message.get("function_call")
@@ -166,10 +183,10 @@ def _part_text(part: object) -> str | None:
     return None
 
 
-def _fresh_id(id_factory: Callable[[], str], taken: set[str]) -> str:
+def _fresh_id(id_factory: Callable[[], str], taken: set[str], used: Collection[str]) -> str:
     for _ in range(_MAX_ID_ATTEMPTS):
         candidate = id_factory()
-        if candidate not in taken:
+        if candidate not in taken and candidate not in used:
             return candidate
     raise RuntimeError("id_factory keeps returning tool_call ids already in use")
 

@@ -105,6 +105,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     budget = CallBudget(limits.max_tool_output_bytes, stops.effective_deadline(),
                         stops.cancel_event, params)
     kept = len(session.messages)
+    request: CompletionRequest | None = None
     while True:
         action = loop.next_action()
         if loop.has_notes:
@@ -123,10 +124,17 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                 messages=len(action.messages))
             tokens = _TokenSink(run, fd, action.iteration) if stream and run.events.active \
                 else None
-            request = CompletionRequest(
-                model=model, messages=action.messages, tools=action.tools, params=forwarded,
-                timeout_s=timeout_s, deadline=stops.effective_deadline(),
-                cancel=stops.cancel_event, stream=stream, on_delta=tokens)
+            deadline = stops.effective_deadline()
+            # The last request (frozen) is asked again when every field it would
+            # get is the same object: the transcript is one list that grows in
+            # place. A new one costs ~2 us an iteration.
+            if request is None or tokens is not None or request.on_delta is not None or \
+                    request.messages is not action.messages or \
+                    request.tools is not action.tools or request.deadline != deadline:
+                request = CompletionRequest(
+                    model=model, messages=action.messages, tools=action.tools,
+                    params=forwarded, timeout_s=timeout_s, deadline=deadline,
+                    cancel=stops.cancel_event, stream=stream, on_delta=tokens)
             asked = time.monotonic()
             result = upstream.complete(backend, request,
                                        stops.waker if run.options.cancel is not None else None)
