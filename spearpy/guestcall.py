@@ -90,88 +90,85 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
     every -28 retry and spear_free, so neither a spinning allocator nor a tool
     that keeps asking for more room gets more than --tool-timeout."""
     armed = run.interrupts.arm_tool()
-    try:
-        return _call_tool(run, fn_offset, arguments, max_output, arena)
+    try:  # one function, not a wrapper: this runs on every tool call
+        started = time.monotonic()
+        func = run.tool_function(fn_offset)
+        if func is None:
+            return _failure(abi.TOOL_EXEC_FAILED,
+                            f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
+                            started)
+        args = arguments.encode("utf-8")
+        args_z = args + b"\0"  # the ABI's NUL after the arguments
+        in_arena = _arena_layout(arena[0], arena[1], len(args), max_output) if arena else None
+        if in_arena is None and run.allocator is None:
+            why = ("the tool arena is too small for the arguments" if arena else
+                   "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")
+            return _failure(abi.TOOL_EXEC_FAILED,
+                            f"{why} and exports no spear_alloc/spear_free", started)
+        wanted: int | None = None
+        try:
+            for _attempt in range(MAX_ATTEMPTS):
+                if in_arena is not None and (wanted is None or wanted <= in_arena.capacity):
+                    buffers = in_arena
+                elif run.allocator is not None:
+                    buffers = _allocated_buffers(run, args,
+                                                 wanted or min(INITIAL_CAPACITY, max_output))
+                else:
+                    held = in_arena.capacity if in_arena is not None else 0
+                    return _failure(abi.TOOL_EXEC_FAILED,
+                                    f"the tool needs {wanted} output bytes but the arena holds "
+                                    f"{held}; export spear_alloc/spear_free to "
+                                    "let the host grow the buffer", started)
+                try:
+                    run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,
+                                              buffers.capacity)
+                    rc = func.call_i32(buffers.args_ptr, len(args), buffers.out_ptr,
+                                       buffers.len_ptr)
+                    if rc == abi.ENOSPC:
+                        needed = run.memory.read_u32(buffers.len_ptr)
+                        if needed > max_output:
+                            return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
+                                            f"the tool needs {needed} output bytes; "
+                                            f"max_tool_output_bytes is {max_output}", started, rc)
+                        if needed <= buffers.capacity:
+                            return _failure(abi.TOOL_EXEC_FAILED,
+                                            f"the tool returned -28 asking for {needed} bytes "
+                                            f"but the buffer already held {buffers.capacity}",
+                                            started, rc)
+                        wanted = needed
+                        continue
+                    if rc != 0:
+                        return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}",
+                                        started, rc)
+                    length, raw = run.memory.read_counted(buffers.len_ptr, buffers.out_ptr,
+                                                          buffers.capacity)
+                    if raw is None:
+                        return _failure(abi.TOOL_EXEC_FAILED,
+                                        f"the tool claimed {length} output bytes but the buffer "
+                                        f"holds {buffers.capacity}", started, rc)
+                finally:
+                    if buffers.block is not None:  # arena buffers need no release
+                        _release(run, buffers)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return _failure(abi.TOOL_EXEC_FAILED,
+                                    f"the tool output is not UTF-8 (byte {exc.start})", started, 0)
+                return ToolOutcome(ok=True, output=text, rc=0,
+                                   duration_ms=(time.monotonic() - started) * 1000.0)
+            return _failure(abi.TOOL_EXEC_FAILED,
+                            f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
+                            abi.ENOSPC)
+        except GuestCallError as exc:
+            reason = run.interrupts.take_tool_timeout()
+            if reason is not None:
+                return _failure(abi.TOOL_EXEC_FAILED, reason, started)
+            return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)
+        except GuestFault as exc:
+            return _failure(abi.TOOL_EXEC_FAILED, f"tool buffers outside guest memory: {exc}",
+                            started)
+        except _NoRoom as exc:
+            return _failure(abi.TOOL_EXEC_FAILED, str(exc), started)
     finally:
         if armed:
             run.interrupts.disarm_tool()
-
-
-def _call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
-               arena: tuple[int, int] | None) -> ToolOutcome:
-    started = time.monotonic()
-    func = run.tool_function(fn_offset)
-    if func is None:
-        return _failure(abi.TOOL_EXEC_FAILED,
-                        f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
-                        started)
-    args = arguments.encode("utf-8")
-    args_z = args + b"\0"  # the ABI's NUL after the arguments
-    in_arena = _arena_layout(arena[0], arena[1], len(args), max_output) if arena else None
-    if in_arena is None and run.allocator is None:
-        why = ("the tool arena is too small for the arguments" if arena else
-               "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")
-        return _failure(abi.TOOL_EXEC_FAILED,
-                        f"{why} and exports no spear_alloc/spear_free", started)
-    wanted: int | None = None
-    try:
-        for _attempt in range(MAX_ATTEMPTS):
-            if in_arena is not None and (wanted is None or wanted <= in_arena.capacity):
-                buffers = in_arena
-            elif run.allocator is not None:
-                buffers = _allocated_buffers(run, args,
-                                             wanted or min(INITIAL_CAPACITY, max_output))
-            else:
-                held = in_arena.capacity if in_arena is not None else 0
-                return _failure(abi.TOOL_EXEC_FAILED,
-                                f"the tool needs {wanted} output bytes but the arena holds "
-                                f"{held}; export spear_alloc/spear_free to "
-                                "let the host grow the buffer", started)
-            try:
-                run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,
-                                          buffers.capacity)
-                rc = func.call_i32(buffers.args_ptr, len(args), buffers.out_ptr,
-                                   buffers.len_ptr)
-                if rc == abi.ENOSPC:
-                    needed = run.memory.read_u32(buffers.len_ptr)
-                    if needed > max_output:
-                        return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
-                                        f"the tool needs {needed} output bytes; "
-                                        f"max_tool_output_bytes is {max_output}", started, rc)
-                    if needed <= buffers.capacity:
-                        return _failure(abi.TOOL_EXEC_FAILED,
-                                        f"the tool returned -28 asking for {needed} bytes but "
-                                        f"the buffer already held {buffers.capacity}", started, rc)
-                    wanted = needed
-                    continue
-                if rc != 0:
-                    return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}", started, rc)
-                length, raw = run.memory.read_counted(buffers.len_ptr, buffers.out_ptr,
-                                                      buffers.capacity)
-                if raw is None:
-                    return _failure(abi.TOOL_EXEC_FAILED,
-                                    f"the tool claimed {length} output bytes but the buffer "
-                                    f"holds {buffers.capacity}", started, rc)
-            finally:
-                if buffers.block is not None:  # arena buffers need no release
-                    _release(run, buffers)
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return _failure(abi.TOOL_EXEC_FAILED,
-                                f"the tool output is not UTF-8 (byte {exc.start})", started, 0)
-            return ToolOutcome(ok=True, output=text, rc=0,
-                               duration_ms=(time.monotonic() - started) * 1000.0)
-        return _failure(abi.TOOL_EXEC_FAILED,
-                        f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
-                        abi.ENOSPC)
-    except GuestCallError as exc:
-        reason = run.interrupts.take_tool_timeout()
-        if reason is not None:
-            return _failure(abi.TOOL_EXEC_FAILED, reason, started)
-        return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)
-    except GuestFault as exc:
-        return _failure(abi.TOOL_EXEC_FAILED, f"tool buffers outside guest memory: {exc}",
-                        started)
-    except _NoRoom as exc:
-        return _failure(abi.TOOL_EXEC_FAILED, str(exc), started)

@@ -264,20 +264,15 @@ def _charge_new_messages(run: GuestRun, session: ChatSession, kept: int) -> int:
                 size += len(content)
             calls = message.get("tool_calls")
             if calls:
-                size += _tool_calls_bytes(calls)
+                for call in calls:
+                    function = call.get("function") or {}
+                    size += len(str(function.get("arguments", ""))) + \
+                        len(str(function.get("name", "")))
         try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
             run.charge(size, "replies and tool outputs")
         except HostInterrupt:
             pass  # noted on the run; the loop obeys it before its next step
     return count
-
-
-def _tool_calls_bytes(calls: Any) -> int:
-    size = 0
-    for call in calls:
-        function = call.get("function") or {}
-        size += len(str(function.get("arguments", ""))) + len(str(function.get("name", "")))
-    return size
 
 
 def _routing(backend: object) -> dict[str, Any]:

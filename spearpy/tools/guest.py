@@ -23,13 +23,10 @@ class GuestTools:
         self._run = run
 
     def call(self, ref: Any, arguments: str, budget: CallBudget) -> ToolOutcome:
-        return call_tool(self._run, int(ref), arguments, budget.max_output_bytes,
-                         tool_arena(budget.params))
+        # The session's tool arena (tool_arena_ptr/_len params), if it set one.
+        params = budget.params
+        ptr, length = params.get("tool_arena_ptr"), params.get("tool_arena_len")
+        arena = (ptr, length) if isinstance(ptr, int) and isinstance(length, int) and \
+            length > 0 else None
+        return call_tool(self._run, int(ref), arguments, budget.max_output_bytes, arena)
 
-
-def tool_arena(params: Any) -> tuple[int, int] | None:
-    """The session's tool arena (tool_arena_ptr/_len params), if it set one."""
-    ptr, length = params.get("tool_arena_ptr"), params.get("tool_arena_len")
-    if isinstance(ptr, int) and isinstance(length, int) and length > 0:
-        return ptr, length
-    return None
