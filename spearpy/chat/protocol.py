@@ -152,10 +152,16 @@ class Usage:
     def add(self, raw: object) -> None:
         if not isinstance(raw, dict):
             return
-        for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            value = raw.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(self, name, getattr(self, name) + value)
+        # Unrolled (no getattr/setattr by name): this runs on every completion.
+        value = raw.get("prompt_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            self.prompt_tokens += value
+        value = raw.get("completion_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            self.completion_tokens += value
+        value = raw.get("total_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            self.total_tokens += value
 
     def as_dict(self) -> dict[str, int]:
         return {
