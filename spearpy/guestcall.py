@@ -50,12 +50,12 @@ def _arena_layout(base: int, length: int, args_len: int, limit: int) -> _Buffers
     """SPEAR layout: args (+NUL) at the base, output 8-aligned after them,
     the u32 length word 8-aligned after the output. None when it cannot fit."""
     base &= 0xFFFFFFFF
-    out_ptr = _align8(base + args_len + 1)
+    out_ptr = (base + args_len + 1 + 7) & ~7  # _align8, inlined: once per tool call
     room = ((base + length - 4) & ~7) - out_ptr
     if room < 0:
         return None
     capacity = min(room, limit)
-    return _Buffers(base, out_ptr, capacity, _align8(out_ptr + capacity))
+    return _Buffers(base, out_ptr, capacity, (out_ptr + capacity + 7) & ~7)
 
 
 def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:

@@ -67,9 +67,14 @@ def compile_check(schema: Any) -> Check | None:
             return None  # non-string enums compare numbers and bools subtly: leave them
         allowed = frozenset(values)
         checks.append(lambda v: isinstance(v, str) and v in allowed)
-    supported, object_check = _object_check(schema)
+    # `type: object` with object keywords and nothing else: one check that
+    # also demands a dict, instead of two (every tool call of every loop).
+    only_object = kind == "object" and "enum" not in schema and "items" not in schema
+    supported, object_check = _object_check(schema, only_object)
     if not supported:
         return None
+    if only_object and object_check is not None:
+        return object_check
     if object_check is not None:
         checks.append(object_check)
     if "items" in schema:
@@ -85,8 +90,10 @@ def compile_check(schema: Any) -> Check | None:
     return lambda v: all(check(v) for check in checks)
 
 
-def _object_check(schema: dict[str, Any]) -> tuple[bool, Check | None]:
-    """(supported, the object keywords as one check or None when there are none)."""
+def _object_check(schema: dict[str, Any],
+                  must_be_object: bool = False) -> tuple[bool, Check | None]:
+    """(supported, the object keywords as one check or None when there are none);
+    with `must_be_object` the check also fails anything but a dict."""
     props = schema.get("properties", {})
     required = schema.get("required", [])
     extra = schema.get("additionalProperties", True)
@@ -106,7 +113,7 @@ def _object_check(schema: dict[str, Any]) -> tuple[bool, Check | None]:
 
     def check_object(value: Any) -> bool:
         if not isinstance(value, dict):
-            return True  # object keywords ignore other types
+            return not must_be_object  # object keywords alone ignore other types
         for name in needed:
             if name not in value:
                 return False

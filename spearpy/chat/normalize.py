@@ -54,12 +54,15 @@ def normalize_assistant(
     # time in proportion to the whole conversation.
     fresh: set[str] = set()
     calls: list[ToolCall] = []
+    calls_json: list[JSONDict] = []  # tool_call_json of each, built in the same pass
     for entry_id, name, arguments in entries:
         call_id = entry_id
         if call_id is None or call_id in fresh or call_id in used_ids:
             call_id = _fresh_id(id_factory, fresh, used_ids)
         fresh.add(call_id)
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        calls_json.append({"id": call_id, "type": "function",
+                           "function": {"name": name, "arguments": arguments}})
 
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
@@ -68,10 +71,7 @@ def normalize_assistant(
         content = ""  # without tool_calls, strict servers require content
     normalized: JSONDict = {"role": "assistant", "content": content}
     if calls:
-        normalized["tool_calls"] = [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.name, "arguments": call.arguments}}
-            for call in calls]  # tool_call_json, inlined: once per call of every reply
+        normalized["tool_calls"] = calls_json
     return normalized, calls
 
 
