@@ -54,7 +54,7 @@ def normalize_assistant(
     # time in proportion to the whole conversation.
     fresh: set[str] = set()
     calls: list[ToolCall] = []
-    calls_json: list[JSONDict] = []  # tool_call_json of each, built in the same pass
+    calls_json: list[JSONDict] = []  # each call's wire form, built in the same pass
     for entry_id, name, arguments in entries:
         call_id = entry_id
         if call_id is None or call_id in fresh or call_id in used_ids:
@@ -73,14 +73,6 @@ def normalize_assistant(
     if calls:
         normalized["tool_calls"] = calls_json
     return normalized, calls
-
-
-def tool_call_json(call: ToolCall) -> JSONDict:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
 
 
 def _tool_call_entries(message: JSONDict) -> list[tuple[str | None, str, str]]:
