@@ -163,18 +163,24 @@ def test_sigterm_lets_runs_finish_within_the_grace_then_cancels(
         assert f"{grace:g} s grace" in cancelled["message"]
 
 
+def refuse_inserts(where: Path, table: str) -> sqlite3.Connection:
+    """Make the service's database refuse every insert into `table` (a real
+    SQLite error, raised by a trigger, where a full disk would raise
+    SQLITE_FULL); the connection can drop the trigger again."""
+    db = sqlite3.connect(where / "state" / "runs.sqlite3")
+    db.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON {table} "
+               "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+    db.commit()
+    return db
+
+
 def test_a_store_that_refuses_writes_leaves_no_client_waiting(tmp_path: Path) -> None:
-    # The disk refuses every event and the run's end (a real SQLite error,
-    # raised by a trigger, where a full disk would raise SQLITE_FULL): the
-    # waiting request still answers, the live stream still ends with the run.
+    # The disk refuses every event and the run's end: the waiting request
+    # still answers, the live stream still ends with the run.
     mods = modules_dir(tmp_path)
     with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:
-        db = sqlite3.connect(tmp_path / "state" / "runs.sqlite3")
-        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON events "
-                   "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
-        db.commit()
-        db.close()
+        refuse_inserts(tmp_path, "events").close()
         watching: list[dict[str, Any]] = []
         started = client.post("/v1/runs", json={"module": "c_multi_tool"}).json()
 
@@ -198,10 +204,7 @@ def test_a_run_whose_record_is_refused_is_cancelled_and_answered_503(
     mods = modules_dir(tmp_path)
     with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:
-        db = sqlite3.connect(tmp_path / "state" / "runs.sqlite3")
-        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON runs "
-                   "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
-        db.commit()
+        db = refuse_inserts(tmp_path, "runs")
         refused = client.post("/v1/runs", json={"module": "c_infinite_loop"})
         assert refused.status_code == 503, refused.text
         assert refused.json()["type"] == "urn:spearpy:problem:store-failed"
