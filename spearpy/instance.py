@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import wasmtime
 
-from spearpy import _native
+from spearpy import _native, abi
 from spearpy.capture import Capture, StreamCapture
 from spearpy.config import HostConfig
 from spearpy.endings import (
@@ -42,6 +42,7 @@ from spearpy.secret_env import guest_env
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
     from spearpy.fds import ChatResponse
+    from spearpy.fds.base import Fd
     from spearpy.host import Host, LoadedModule
     from spearpy.mcp.policy import TaskPolicy
     from spearpy.streams.hub import StreamHub
@@ -351,10 +352,13 @@ class GuestRun:
             usage=dict(self.usage), transcripts=list(self.transcripts), elapsed_ms=elapsed,
         )
 
-    def close_fd(self, fd: int, reason: str) -> int:
-        """Close one fd of the table; a device fd says how it ended in an
-        `audio_close` event (its last error would otherwise go unseen)."""
+    def close_fd(self, fd: int, reason: str, kind: type[Fd] | None = None) -> int:
+        """Close one fd of the table (-EBADF if it is not of `kind`); a device
+        fd says how it ended in an `audio_close` event (its last error would
+        otherwise go unseen)."""
         entry = self.fds.lookup(fd)
+        if kind is not None and entry is not None and not isinstance(entry, kind):
+            return abi.EBADF
         rc = self.fds.close(fd)
         summary = entry.close_summary() if entry is not None and rc == 0 else None
         if summary is not None:

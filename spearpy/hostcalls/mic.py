@@ -146,10 +146,7 @@ def _over_budget(run: GuestRun, fd: int, entry: MicFd) -> int:
 
 
 def mic_close(run: GuestRun, fd: int) -> int:
-    entry = run.fds.lookup(fd)
-    if entry is not None and not isinstance(entry, MicFd):
-        return abi.EBADF
-    return run.close_fd(fd, "guest")
+    return run.close_fd(fd, "guest", MicFd)
 
 
 # name -> (number of i32 params, implementation); all return i32.

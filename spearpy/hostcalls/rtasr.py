@@ -238,10 +238,7 @@ def rtasr_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
 
 
 def rtasr_close(run: GuestRun, fd: int) -> int:
-    entry = run.fds.lookup(fd)
-    if entry is not None and not isinstance(entry, RtAsrFd):
-        return abi.EBADF
-    return run.close_fd(fd, "guest")
+    return run.close_fd(fd, "guest", RtAsrFd)
 
 
 # name -> (number of i32 params, implementation); all return i32.
