@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -8,7 +9,15 @@ import pytest
 from spearpy.host import Host
 from spearpy.instance import GuestRun
 from spearpy.testing import Script, ScriptedServer
+from tests.mic_support import make_speech
 from tests.probe import Probe, wat_module
+
+
+@pytest.fixture(scope="session")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real speech WAV made by espeak-ng (tests using it are marked
+    tests.mic_support.needs_espeak)."""
+    return make_speech(tmp_path_factory.mktemp("speech") / "speech.wav")
 
 
 @pytest.fixture

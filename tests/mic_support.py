@@ -4,20 +4,26 @@ and the reading of its summary lines."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
 HANG_GUARD_S = 120  # only against a hung host; nothing asserts on time
 
 
-def make_speech(path: Path) -> Path:
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="espeak-ng missing: bash tools/setup.sh --toolchains")
+
+
+def make_speech(path: Path, text: str = "the quick brown fox jumps over the lazy dog") -> Path:
     """A real speech WAV (espeak-ng: 22050 Hz mono PCM16)."""
-    subprocess.run(["espeak-ng", "-w", str(path), "the quick brown fox jumps over the lazy dog"],
-                   check=True, timeout=HANG_GUARD_S)
+    subprocess.run(["espeak-ng", "-w", str(path), text], check=True, timeout=HANG_GUARD_S)
     return path
 
 

@@ -13,7 +13,6 @@ import base64
 import json
 import math
 import os
-import shutil
 import struct
 import threading
 import wave
@@ -25,18 +24,12 @@ import pytest
 
 from spearpy import abi
 from spearpy.instance import RunOptions
-from tests.mic_support import make_speech
+from tests.mic_support import needs_espeak
 from tests.probe import Probe, wat_module
 
 OUT, LEN, PARAMS, EV = 65536, 16, 1024, 32
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                reason="espeak-ng missing: bash tools/setup.sh --toolchains")
-
-
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_speech(tmp_path_factory.mktemp("speech") / "speech.wav")
+pytestmark = needs_espeak
 
 
 def rms(pcm: bytes) -> float:

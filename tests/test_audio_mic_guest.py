@@ -6,7 +6,6 @@ and deadline ending an infinite wait."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,9 @@ from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
 from spearpy.outcome import Outcome
 from spearpy.streams import ssf
 from spearpy.streams.hub import StreamHub
-from tests.mic_support import GUEST, HANG_GUARD_S, fnv, make_speech, run_guest, summary
+from tests.mic_support import GUEST, HANG_GUARD_S, fnv, needs_espeak, run_guest, summary
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                reason="espeak-ng missing: bash tools/setup.sh --toolchains")
-
-
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_speech(tmp_path_factory.mktemp("speech") / "speech.wav")
+pytestmark = needs_espeak
 
 
 def test_the_c_guest_reads_speech_to_hup_at_both_paces(speech: Path) -> None:

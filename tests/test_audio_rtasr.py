@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from spearpy.instance import RunOptions
 from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
 from spearpy.outcome import Outcome
 from spearpy.testing import ScriptedAsrServer
+from tests.mic_support import make_speech, needs_espeak
 from tests.probe import Probe, wat_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -474,17 +474,14 @@ def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str
 
 # ---- end to end: SPEAR's mic_rtasr sample under `spearpy run` ---------------------------
 
-espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                            reason="espeak-ng missing: bash tools/setup.sh --toolchains")
+espeak = needs_espeak
 
 
 @pytest.fixture(scope="module")
 def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("speech") / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(path),
-                    "hello from spear. this is a realtime transcription test."],
-                   check=True, timeout=HANG_GUARD_S)
-    return path
+    # Longer than the mic tests' sentence: several scripted transcripts fit in it.
+    return make_speech(tmp_path_factory.mktemp("speech") / "speech.wav",
+                       "hello from spear. this is a realtime transcription test.")
 
 
 def seconds_of(path: Path) -> float:
