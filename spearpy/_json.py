@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
 
@@ -33,6 +34,23 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
     allow_nan=False also refuses NaN and ±Infinity, which are not JSON and
     which strict servers reject when the value is sent on.
     """
+    if type(raw) is str:
+        # Every tool call's arguments come this way: the checks are inlined
+        # and the C scanner is called directly. JSONDecoder.decode adds two
+        # Python calls and two whitespace matches around that same scanner;
+        # it still decides (and words the error of) anything but a document
+        # that starts at its first character and fills the text.
+        if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and _too_deep(raw):
+            raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", raw, 0)
+        try:
+            value, end = (_SCAN if allow_nan else _STRICT_SCAN)(raw, 0)
+        except StopIteration:
+            end = -1
+        if end != len(raw):
+            value = json.loads(raw) if allow_nan else _STRICT.decode(raw)
+        if "\\ud" in raw or "\\uD" in raw:
+            value = _replace_lone_surrogates(value)
+        return value
     if _too_deep(raw):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, 0)
@@ -121,3 +139,7 @@ def _reject_constant(token: str) -> object:
 
 
 _STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+# The decoders' scanners (C): (value, end) of the document at an index.
+_Scan = Callable[[str, int], tuple[Any, int]]
+_SCAN: _Scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_STRICT_SCAN: _Scan = _STRICT.scan_once  # type: ignore[attr-defined]

@@ -54,8 +54,15 @@ class Interrupts:
 
     def run_reason(self) -> Reason | None:
         """Like `reason`, but only what ends the whole run."""
-        reason = self.reason()
-        return None if reason is None or reason[0] is Outcome.TOOL_TIMEOUT else reason
+        # `reason` without the tool's deadline, written out: a send asks
+        # before every step of its loop. (A noted reason is never a tool's.)
+        if self._noted is not None:
+            return self._noted
+        if self.cancel_event.is_set():
+            return Outcome.CANCELLED, "the run was cancelled"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return Outcome.TIMEOUT, f"the run exceeded its {_seconds(self._run_timeout)}deadline"
+        return None
 
     @property
     def noted(self) -> Reason | None:
@@ -64,8 +71,10 @@ class Interrupts:
 
     def effective_deadline(self) -> float | None:
         """The earliest deadline in force now: the run's, or inside a tool its own."""
-        limits = [d for d in (self.deadline, self.tool_deadline) if d is not None]
-        return min(limits) if limits else None
+        run, tool = self.deadline, self.tool_deadline
+        if tool is None:
+            return run  # the usual case, asked at every completion: no list, no min()
+        return tool if run is None or tool < run else run
 
     # ---- changing it -----------------------------------------------------
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Final, NoReturn
 
 from spearpy import _json, abi
-from spearpy.chat.normalize import bad_response_reason, first_message, with_session_tool_calls
+from spearpy.chat.normalize import bad_response_reason, with_session_tool_calls
 from spearpy.chat.protocol import (
     Action,
     CallTool,
@@ -36,9 +36,8 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.chat.registry import Tool
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
-from spearpy.chat.states import LoopEvent, LoopProtocolError, LoopState, next_state
+from spearpy.chat.states import TRANSITIONS, LoopEvent, LoopProtocolError, LoopState, next_state
 
 CACHE_HIT: Final = "cache_hit"
 TOOL_DENIED: Final = "tool_denied"
@@ -88,7 +87,9 @@ class ToolLoop:
         self._metrics_enabled = metrics_enabled
         self._clock = clock
         self._started = clock()
-        self._notes: list[LoopNote] = []
+        # Notes for observers, oldest first: drain_notes() takes them (a driver
+        # may test the list itself; it is empty on almost every step).
+        self.notes: list[LoopNote] = []
         self._queue: deque[ToolCall] = deque()  # head = the call being answered
         self._awaiting: Complete | CallTool | None = None
         self._final: Done | Failed | None = None
@@ -113,19 +114,30 @@ class ToolLoop:
         if self._awaiting is not None:
             return self._awaiting
         if self.state is LoopState.ACTING:
-            action = self._advance_calls()
-            if action is not None:
-                return action
-            if self._final is not None:
-                return self._final
-        self.stats.iterations += 1
-        complete = Complete(
-            messages=self.session.messages,
-            tools=self.session.registry.specs(),
-            iteration=self.stats.iterations,
-        )
+            if self._queue:
+                action = self._advance_calls()
+                if action is not None:
+                    return action
+                if self._final is not None:
+                    return self._final
+            else:
+                # Every call of the reply is answered (_advance_calls' ending,
+                # inlined: the step after each iteration's last tool result).
+                # The table decides; next_state() only raises for a move it
+                # does not list.
+                self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_ANSWERED) or \
+                    next_state(self.state, LoopEvent.CALLS_ANSWERED)
+        # The next completion: the transcript as it stands, the tools on offer.
+        stats = self.stats
+        stats.iterations += 1
+        session = self.session
+        complete = Complete(session.messages, session.registry.specs(), stats.iterations)
         self._awaiting = complete
         return complete
+
+    # The common path of an iteration is next_action, on_completion,
+    # next_action, on_tool_result and what they need, inlined where a helper
+    # would cost a Python call (the driver makes these calls for every step).
 
     def on_completion(self, result: CompletionResult) -> None:
         if not isinstance(self._awaiting, Complete):
@@ -136,16 +148,21 @@ class ToolLoop:
         if result.model:
             self.model = result.model
         body = result.body
+        message = None
         if isinstance(body, dict):
             self.stats.usage.add(body.get("usage"))
+            # first_message(), inlined.
+            choices = body.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                message = choices[0].get("message")
         if result.error is not None:
             err = result.error
             self._fail(err.code, err.message, status=err.status)
             return
-        message = first_message(body)
-        if body is None or message is None:
+        if not isinstance(message, dict):
             self._fail(UPSTREAM_BAD_RESPONSE, bad_response_reason(body))
             return
+        assert body is not None  # a message came from it
         normalized, calls = self.session.append_reply(message)
         if not self.auto or not calls:
             self._finish(body)
@@ -159,7 +176,16 @@ class ToolLoop:
             self._misuse(f"on_tool_result({call_id!r}) does not answer the outstanding action")
         self._awaiting = None
         call = self._queue.popleft()
-        self.session.answer(call.id, self._tool_content(outcome))
+        output = outcome.output
+        limits = self.limits
+        # The usual answer (a short ASCII output, no result cache) needs none
+        # of _tool_content's checks: ASCII is valid UTF-8, one byte a character.
+        if outcome.ok and output.isascii() and len(output) <= limits.max_tool_output_bytes \
+                and not limits.cache_tool_results:
+            self._in_flight_key = None
+            self.session.answer(call.id, output)
+        else:
+            self.session.answer(call.id, self._tool_content(outcome))
 
     def interrupt(self, code: str, message: str) -> Failed:
         """End the send now (deadline, cancel); every pending call gets this error."""
@@ -168,17 +194,17 @@ class ToolLoop:
         self._awaiting = None
         self._queue.clear()
         for call in self.session.answer_pending(code, message):
-            self._notes.append(ToolSkipped(call=call, code=code, message=message))
+            self.notes.append(ToolSkipped(call=call, code=code, message=message))
         failed = Failed(self._error_body(code, message))
         self._end(failed, LoopEvent.INTERRUPT)
         return failed
 
     @property
     def has_notes(self) -> bool:
-        return bool(self._notes)
+        return bool(self.notes)
 
     def drain_notes(self) -> list[LoopNote]:
-        notes, self._notes = self._notes, []
+        notes, self.notes = self.notes, []
         return notes
 
     # ---- steps -----------------------------------------------------------
@@ -214,7 +240,9 @@ class ToolLoop:
             )
             return
         self._queue = deque(calls)
-        self.state = next_state(self.state, LoopEvent.CALLS_RECEIVED)
+        # The table decides; next_state() only raises for a move it does not list.
+        self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_RECEIVED) or \
+            next_state(self.state, LoopEvent.CALLS_RECEIVED)
 
     def _advance_calls(self) -> CallTool | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
@@ -236,18 +264,36 @@ class ToolLoop:
                 if call.id not in self._approved:
                     self._hold(call)
                     return None
-            problem, canonical = self._check_arguments(tool, call)
+            # The arguments: valid JSON, valid for the tool's schema, and for
+            # the cache in canonical form (inlined: every call passes here).
+            try:
+                parsed = _json.loads(call.arguments, allow_nan=False)
+            except ValueError as exc:
+                problem: str | None = f"arguments are not valid JSON: {exc}"
+            else:
+                problem = None
+                if limits.validate_tool_args:
+                    check = tool.check
+                    if not isinstance(parsed, dict):
+                        problem = "arguments must be a JSON object"
+                    elif check is None or not check(parsed):
+                        # jsonschema decides (and explains) whatever the fast path cannot pass.
+                        problem = tool.validate(parsed)
             if problem is not None:
                 if self._skip(call, abi.TOOL_INVALID_ARGUMENTS, problem):
                     return None
                 continue
-            key = (call.name, canonical)
-            cached = self._cache.get(key) if limits.cache_tool_results else None
-            if cached is not None:
-                self._queue.popleft()
-                self.session.answer(call.id, cached)
-                self._notes.append(ToolSkipped(call=call, code=CACHE_HIT))
-                continue
+            key: tuple[str, str] | None = None
+            if limits.cache_tool_results:
+                # The cache key: the same call however the model spaced or ordered it.
+                key = (call.name, json.dumps(parsed, sort_keys=True, separators=(",", ":"),
+                                             ensure_ascii=False))
+                cached = self._cache.get(key)
+                if cached is not None:
+                    self._queue.popleft()
+                    self.session.answer(call.id, cached)
+                    self.notes.append(ToolSkipped(call=call, code=CACHE_HIT))
+                    continue
             if self.stats.tool_calls >= limits.max_total_tool_calls:
                 self._stop_at_limit(
                     LimitHit("max_total_tool_calls", limits.max_total_tool_calls),
@@ -257,7 +303,7 @@ class ToolLoop:
                 return None
             self.stats.tool_calls += 1
             self._in_flight_key = key
-            action = CallTool(call=call, tool=tool, arguments=call.arguments)
+            action = CallTool(call, tool, call.arguments)
             self._awaiting = action
             return action
         self.state = next_state(self.state, LoopEvent.CALLS_ANSWERED)
@@ -281,32 +327,12 @@ class ToolLoop:
         """Answer `call` with an error for the model; True when that ends the send."""
         self._queue.popleft()
         self.session.answer(call.id, tool_error_content(code, message))
-        self._notes.append(ToolSkipped(call=call, code=code, message=message))
+        self.notes.append(ToolSkipped(call=call, code=code, message=message))
         if not self.limits.strict_tools:
             return False
         self._answer_rest_not_run(f"strict_tools: the send ended at an earlier call ({code})")
         self._fail(code, message)
         return True
-
-    def _check_arguments(self, tool: Tool, call: ToolCall) -> tuple[str | None, str]:
-        """(why the arguments are unusable or None, their canonical form)."""
-        try:
-            parsed = _json.loads(call.arguments, allow_nan=False)
-        except ValueError as exc:
-            return f"arguments are not valid JSON: {exc}", ""
-        if self.limits.validate_tool_args:
-            if not isinstance(parsed, dict):
-                return "arguments must be a JSON object", ""
-            check = tool.check
-            if check is None or not check(parsed):
-                # jsonschema decides (and explains) whatever the fast path cannot pass.
-                problem = tool.validate(parsed)
-                if problem is not None:
-                    return problem, ""
-        if not self.limits.cache_tool_results:
-            return None, ""  # the canonical form only serves as the cache key
-        # The cache key: the same call however the model spaced or ordered it.
-        return None, json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def _tool_content(self, outcome: ToolOutcome) -> str:
         key, self._in_flight_key = self._in_flight_key, None
@@ -331,14 +357,14 @@ class ToolLoop:
     # ---- endings -----------------------------------------------------------
 
     def _stop_at_limit(self, hit: LimitHit, code: str, message: str) -> None:
-        self._notes.append(hit)
+        self.notes.append(hit)
         self._answer_rest_not_run(message)
         self._fail(code, message)
 
     def _answer_rest_not_run(self, message: str) -> None:
         self._queue.clear()
         for call in self.session.answer_pending(NOT_RUN, message):
-            self._notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
+            self.notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
 
     def _finish(self, body: JSONDict) -> None:
         self._end(Done(self._done_body(body)), LoopEvent.FINISHED)

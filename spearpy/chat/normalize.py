@@ -48,21 +48,55 @@ def normalize_assistant(
     from finish_reason (servers set it inconsistently).
     """
     raw: JSONDict = message if isinstance(message, dict) else {}
-    entries = _tool_call_entries(raw)
-
-    # The session's ids are only read: a copy of them would cost every reply
-    # time in proportion to the whole conversation.
-    fresh: set[str] = set()
     calls: list[ToolCall] = []
     calls_json: list[JSONDict] = []  # each call's wire form, built in the same pass
-    for entry_id, name, arguments in entries:
-        call_id = entry_id
-        if call_id is None or call_id in fresh or call_id in used_ids:
-            call_id = _fresh_id(id_factory, fresh, used_ids)
-        fresh.add(call_id)
-        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-        calls_json.append({"id": call_id, "type": "function",
-                           "function": {"name": name, "arguments": arguments}})
+    raw_calls = raw.get("tool_calls")
+    if raw_calls:
+        if isinstance(raw_calls, dict):
+            raw_calls = [raw_calls]
+        if isinstance(raw_calls, list):
+            # One pass over the entries (a reply per loop iteration comes
+            # through here). The session's ids are only read: a copy of them
+            # would cost every reply time in proportion to the whole conversation.
+            fresh: set[str] = set()
+            for entry in raw_calls:
+                # Junk entries have no name to run and no shape to replay: drop
+                # them rather than put something unanswerable into the transcript.
+                if not isinstance(entry, dict):
+                    continue
+                fn = entry.get("function")
+                if not isinstance(fn, dict):
+                    fn = entry  # some servers flatten name/arguments into the entry
+                name = fn.get("name")
+                if not isinstance(name, str) or name == "":
+                    continue
+                # The usual shapes (a short name, a short id, string arguments)
+                # are decided here; the helpers handle everything else.
+                if len(name) * 4 > MAX_TOOL_CALL_NAME_BYTES:
+                    name = bounded_name(name)
+                call_id = entry.get("id")
+                if not (isinstance(call_id, str) and len(call_id) * 4 <= MAX_TOOL_CALL_ID_BYTES
+                        and call_id.strip()):
+                    call_id = _given_id(call_id)
+                if call_id is None or call_id in fresh or call_id in used_ids:
+                    call_id = _fresh_id(id_factory, fresh, used_ids)
+                fresh.add(call_id)
+                arguments = fn.get("arguments")
+                if not (isinstance(arguments, str) and arguments.strip()):
+                    arguments = _arguments(arguments)
+                calls.append(ToolCall(call_id, name, arguments))
+                calls_json.append({"id": call_id, "type": "function",
+                                   "function": {"name": name, "arguments": arguments}})
+    if not calls:
+        legacy = raw.get("function_call")
+        if isinstance(legacy, dict):
+            name = legacy.get("name")
+            if isinstance(name, str) and name != "":
+                call_id = _fresh_id(id_factory, set(), used_ids)
+                name, arguments = bounded_name(name), _arguments(legacy.get("arguments"))
+                calls.append(ToolCall(call_id, name, arguments))
+                calls_json.append({"id": call_id, "type": "function",
+                                   "function": {"name": name, "arguments": arguments}})
 
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
@@ -73,48 +107,6 @@ def normalize_assistant(
     if calls:
         normalized["tool_calls"] = calls_json
     return normalized, calls
-
-
-def _tool_call_entries(message: JSONDict) -> list[tuple[str | None, str, str]]:
-    """(id or None, name, arguments) of every answerable call, in order."""
-    raw_calls = message.get("tool_calls")
-    if isinstance(raw_calls, dict):
-        raw_calls = [raw_calls]
-    if not isinstance(raw_calls, list):
-        raw_calls = []
-
-    entries: list[tuple[str | None, str, str]] = []
-    for entry in raw_calls:
-        # Junk entries have no name to run and no shape to replay: drop them
-        # rather than put something unanswerable into the transcript.
-        if not isinstance(entry, dict):
-            continue
-        fn = entry.get("function")
-        if not isinstance(fn, dict):
-            fn = entry  # some servers flatten name/arguments into the entry
-        name = fn.get("name")
-        if not isinstance(name, str) or name == "":
-            continue
-        # The usual shapes (a short name, a short id, string arguments) are
-        # decided here; the helpers handle everything else.
-        if len(name) * 4 > MAX_TOOL_CALL_NAME_BYTES:
-            name = bounded_name(name)
-        call_id = entry.get("id")
-        if not (isinstance(call_id, str) and len(call_id) * 4 <= MAX_TOOL_CALL_ID_BYTES
-                and call_id.strip()):
-            call_id = _given_id(call_id)
-        arguments = fn.get("arguments")
-        if not (isinstance(arguments, str) and arguments.strip()):
-            arguments = _arguments(arguments)
-        entries.append((call_id, name, arguments))
-
-    if not entries:
-        legacy = message.get("function_call")
-        if isinstance(legacy, dict):
-            name = legacy.get("name")
-            if isinstance(name, str) and name != "":
-                entries.append((None, bounded_name(name), _arguments(legacy.get("arguments"))))
-    return entries
 
 
 def bounded_name(name: str) -> str:

@@ -34,6 +34,11 @@ class ChatSession:
         # Append-only, and no message dict is changed once appended: requests
         # join each message's encoding kept from the first time it was sent.
         self.messages = History()
+        # Characters of content, tool-call names and arguments appended to
+        # `messages` so far: a send counts its growth against the run's
+        # host-memory budget after every step from this, not by reading back
+        # what it appended.
+        self.appended_chars = 0
         self.params: dict[str, Any] = {}
         self.registry = ToolRegistry()
         # GET_METRICS of the last send: {} unless it ran with ENABLE_METRICS.
@@ -52,6 +57,7 @@ class ChatSession:
             return self._write_tool_answer(content)
         self.abandon_pending()
         self.messages.append({"role": role, "content": content})
+        self.appended_chars += len(content)
         return 0
 
     def set_param(self, key: str, value: object) -> int:
@@ -81,18 +87,24 @@ class ChatSession:
 
     def append_reply(self, message: object) -> tuple[JSONDict, list[ToolCall]]:
         """Normalise and append an upstream assistant message; its calls become pending."""
-        self.abandon_pending()
+        if self._pending:  # tested here: every reply of an auto send passes by
+            self.abandon_pending()
         normalized, calls = normalize_assistant(message, self._id_factory, self._used_ids)
         self.messages.append(normalized)
+        content = normalized["content"]
+        size = len(content) if isinstance(content, str) else 0
         for call in calls:
             self._used_ids.add(call.id)
             self._pending[call.id] = call
+            size += len(call.arguments) + len(call.name)
+        self.appended_chars += size
         return normalized, calls
 
     def answer(self, call_id: str, content: str) -> None:
         """Append the one tool message answering `call_id` (KeyError if not pending)."""
         del self._pending[call_id]
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        self.appended_chars += len(content)
 
     def answer_pending(self, code: str, message: str) -> list[ToolCall]:
         """Answer every pending call with the same error; returns those calls."""

@@ -104,13 +104,30 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     stream = params.get("stream") is True
     budget = CallBudget(limits.max_tool_output_bytes, stops.effective_deadline(),
                         stops.cancel_event, params)
-    kept = len(session.messages)
+    events = run.events
+    # A run nobody can cancel calls the backend directly (upstream.complete's
+    # own first test, made here once: a Python call saved per completion).
+    waker = stops.waker if run.options.cancel is not None else None
+    charged = session.appended_chars
     request: CompletionRequest | None = None
+    # One turn per step. The hot path reads plain attributes (the event
+    # sinks, the loop's notes, the session's appended size) rather than
+    # calling properties or helpers: each costs a Python call per step.
     while True:
         action = loop.next_action()
-        if loop.has_notes:
+        if loop.notes:
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
-        kept = _charge_new_messages(run, session, kept)
+        appended = session.appended_chars
+        if appended != charged:
+            # What the last step appended (a reply, tool outputs) counts
+            # against the run's host-memory budget. Past it the run's
+            # interrupt is set, which the check below obeys, so one send
+            # cannot pile up gigabytes.
+            try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
+                run.charge(appended - charged, "replies and tool outputs")
+            except HostInterrupt:
+                pass  # noted on the run
+            charged = appended
         if isinstance(action, (Done, Failed)):
             break
         reason = stops.run_reason()
@@ -118,70 +135,72 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             action = loop.interrupt(reason[0], reason[1])
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
             break
-        if isinstance(action, Complete):
-            if run.events.active:
-                run.events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
-                                messages=len(action.messages))
-            tokens = _TokenSink(run, fd, action.iteration) if stream and run.events.active \
-                else None
-            deadline = stops.effective_deadline()
-            # The last request (frozen) is asked again when every field it would
-            # get is the same object: the transcript is one list that grows in
-            # place. A new one costs ~2 us an iteration.
-            if request is None or tokens is not None or request.on_delta is not None or \
-                    request.messages is not action.messages or \
-                    request.tools is not action.tools or request.deadline != deadline:
-                request = CompletionRequest(
-                    model=model, messages=action.messages, tools=action.tools,
-                    params=forwarded, timeout_s=timeout_s, deadline=deadline,
-                    cancel=stops.cancel_event, stream=stream, on_delta=tokens)
-            asked = time.monotonic()
-            result = upstream.complete(backend, request,
-                                       stops.waker if run.options.cancel is not None else None)
-            if tokens is not None:
-                tokens.close()
-            if result is None:
-                # Cancelled mid-request: the next turn of the loop interrupts the send.
-                run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
-                                latency_ms=round((time.monotonic() - asked) * 1000.0, 3),
-                                usage=None, error="cancelled", status=None,
-                                tool_calls=0)
-                continue
-            if run.events.active:
-                usage = (result.body or {}).get("usage") if result.body else None
-                run.events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
-                                latency_ms=round(result.latency_ms, 3),
-                                usage=usage if isinstance(usage, dict) else None,
-                                error=result.error.code if result.error else None,
-                                status=result.error.status if result.error else None,
-                                tool_calls=_count_tool_calls(result.body),
-                                ttft_ms=tokens.first_ms(asked) if tokens is not None else None,
-                                **_routing(backend))
-            loop.on_completion(result)
-        elif isinstance(action, CallTool):
+        if isinstance(action, CallTool):
             call = action.call
-            source = action.tool.source
-            observed = run.events.active  # building event fields costs ~10 us a call
+            tool = action.tool
+            source = tool.source
+            observed = bool(events.sinks)  # building event fields costs ~10 us a call
             kind = source.kind if source is not None else None
             if observed:
-                run.events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
-                                **fields.tool_start(call.id, call.name, action.arguments,
-                                                    iteration=loop.stats.iterations,
-                                                    executed=True, source=kind,
-                                                    server=action.tool.origin))
-            outcome = (source.call(action.tool.ref, action.arguments, budget)
+                events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
+                            **fields.tool_start(call.id, call.name, action.arguments,
+                                                iteration=loop.stats.iterations,
+                                                executed=True, source=kind,
+                                                server=tool.origin))
+            outcome = (source.call(tool.ref, action.arguments, budget)
                        if source is not None else _no_source(call.name))
             if observed:
-                run.events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
-                                **fields.tool_end(call.id, call.name,
-                                                  iteration=loop.stats.iterations,
-                                                  executed=True, registered=True,
-                                                  rc=outcome.rc,
-                                                  duration_ms=outcome.duration_ms,
-                                                  output=outcome.output,
-                                                  error=outcome.error_code, source=kind,
-                                                  server=action.tool.origin))
+                events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
+                            **fields.tool_end(call.id, call.name,
+                                              iteration=loop.stats.iterations,
+                                              executed=True, registered=True,
+                                              rc=outcome.rc,
+                                              duration_ms=outcome.duration_ms,
+                                              output=outcome.output,
+                                              error=outcome.error_code, source=kind,
+                                              server=tool.origin))
             loop.on_tool_result(call.id, outcome)
+            continue
+        assert isinstance(action, Complete)
+        observed = bool(events.sinks)
+        if observed:
+            events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
+                        messages=len(action.messages))
+        tokens = _TokenSink(run, fd, action.iteration) if stream and observed else None
+        deadline = stops.effective_deadline()
+        # The last request (frozen) is asked again when every field it would
+        # get is the same object: the transcript is one list that grows in
+        # place. A new one costs ~2 us an iteration.
+        if request is None or tokens is not None or request.on_delta is not None or \
+                request.messages is not action.messages or \
+                request.tools is not action.tools or request.deadline != deadline:
+            request = CompletionRequest(
+                model=model, messages=action.messages, tools=action.tools,
+                params=forwarded, timeout_s=timeout_s, deadline=deadline,
+                cancel=stops.cancel_event, stream=stream, on_delta=tokens)
+        asked = time.monotonic()
+        result = backend.complete(request) if waker is None else \
+            upstream.complete(backend, request, waker)
+        if tokens is not None:
+            tokens.close()
+        if result is None:
+            # Cancelled mid-request: the next turn of the loop interrupts the send.
+            events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
+                        latency_ms=round((time.monotonic() - asked) * 1000.0, 3),
+                        usage=None, error="cancelled", status=None,
+                        tool_calls=0)
+            continue
+        if observed:
+            usage = (result.body or {}).get("usage") if result.body else None
+            events.emit(ev.COMPLETION_END, fd, iteration=action.iteration,
+                        latency_ms=round(result.latency_ms, 3),
+                        usage=usage if isinstance(usage, dict) else None,
+                        error=result.error.code if result.error else None,
+                        status=result.error.status if result.error else None,
+                        tool_calls=_count_tool_calls(result.body),
+                        ttft_ms=tokens.first_ms(asked) if tokens is not None else None,
+                        **_routing(backend))
+        loop.on_completion(result)
     stats = loop.stats
     run.add_usage(stats.usage.as_dict())
     is_error = isinstance(action, Failed)
@@ -190,7 +209,9 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                     iterations=stats.iterations, tool_calls=stats.tool_calls,
                     usage=stats.usage.as_dict())
     body = _json.compact_bytes(action.body)
-    _charge_new_messages(run, session, kept)
+    if session.appended_chars != charged:  # what an interrupt's answers added
+        with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
+            run.charge(session.appended_chars - charged, "replies and tool outputs")
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
@@ -245,34 +266,6 @@ class _TokenSink:
 def _no_source(name: str) -> ToolOutcome:
     return ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
                        error_message=f"tool {name!r} has no source to run it")
-
-
-def _charge_new_messages(run: GuestRun, session: ChatSession, kept: int) -> int:
-    """Count what the send appended (replies, tool outputs) against the run's
-    host-memory budget. Past it the run's interrupt is set, which the loop
-    obeys before its next step, so one send cannot pile up gigabytes."""
-    messages = session.messages
-    count = len(messages)
-    if count > kept:
-        # One plain loop: this runs after every step of every send (a
-        # generator and sum() cost more than the counting here).
-        size = 0
-        for index in range(kept, count):
-            message = messages[index]
-            content = message.get("content")
-            if isinstance(content, str):
-                size += len(content)
-            calls = message.get("tool_calls")
-            if calls:
-                for call in calls:
-                    function = call.get("function") or {}
-                    size += len(str(function.get("arguments", ""))) + \
-                        len(str(function.get("name", "")))
-        try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
-            run.charge(size, "replies and tool outputs")
-        except HostInterrupt:
-            pass  # noted on the run; the loop obeys it before its next step
-    return count
 
 
 def _routing(backend: object) -> dict[str, Any]:
