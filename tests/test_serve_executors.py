@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import threading
 import time
@@ -18,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from spearpy import HostConfig
+from spearpy import Host, HostConfig
 from spearpy.serve import BackgroundServer, ServeConfig, create_app
+from spearpy.serve.auto import AutoRuns, needs_service_process
 from spearpy.serve.procs import ProcessRuns
 from spearpy.serve.store import RunStore
 from tests import test_batch_ray as _batch_ray_tests
@@ -27,6 +29,7 @@ from tests import test_serve_api as _api_tests
 from tests.test_serve_api import (
     CHAT_BACKEND,
     MULTI_TOOL_STDOUT,
+    SAMPLES,
     assert_problem,
     modules_dir,
     slow_script,
@@ -189,6 +192,63 @@ def test_a_worker_that_cannot_start_fails_the_service_start(tmp_path: Path) -> N
     server.stop()
     assert app.state.service.ready is False
     RunStore(tmp_path / "state").close()  # the failed start let go of the state directory
+
+
+# ---- auto (the CLI's default) ----------------------------------------------
+
+def _auto_service(where: Path, script: Path) -> tuple[Any, BackgroundServer]:
+    mods = modules_dir(where)
+    shutil.copy(SAMPLES / "c_user_stream_echo.wasm", mods / "c_user_stream_echo.wasm")
+    config = ServeConfig(modules_dir=mods, state_dir=where / "state",
+                         host=HostConfig(backend=f"scripted:{script}", cache_dir=None),
+                         max_concurrent=4, grace=0.2, executor="auto", workers=1)
+    app = create_app(config)
+    return app, BackgroundServer(app, grace=0.2)
+
+
+def test_auto_sends_runs_to_workers_and_stream_runs_to_threads(tmp_path: Path) -> None:
+    app, server = _auto_service(tmp_path, slow_script(tmp_path, 0))
+    with server, httpx.Client(base_url=server.url, timeout=60) as client:
+        executor = app.state.service.runs.executor
+        assert isinstance(executor, AutoRuns)
+        deadline = time.monotonic() + 60
+        while not executor.processes.ready():
+            assert time.monotonic() < deadline, "the worker never got ready"
+            time.sleep(0.05)
+        plain = client.post("/v1/runs", json={"module": "c_multi_tool", "wait": True}).json()
+        assert (plain["outcome"], plain["executor"]) == ("exited", "processes"), plain
+        assert MULTI_TOOL_STDOUT in plain["stdout"]
+        # A module importing user_stream_* needs the hub beside the routes.
+        streaming = client.post("/v1/runs", json={"module": "c_user_stream_echo"}).json()
+        try:
+            assert streaming["executor"] == "threads", streaming
+            session = client.post(f"/api/v1/executions/{streaming['id']}/streams/session")
+            assert session.status_code == 200 and session.json()["token"], session.text
+        finally:
+            client.delete(f"/v1/runs/{streaming['id']}")
+        wait_for(client, streaming["id"])
+        # The record keeps where the run went.
+        assert client.get(f"/v1/runs/{plain['id']}").json()["executor"] == "processes"
+
+
+def test_auto_keeps_serving_on_threads_when_workers_cannot_start(tmp_path: Path) -> None:
+    script = slow_script(tmp_path, 0)
+    app, server = _auto_service(tmp_path, script)  # the service's own Host read the script
+    script.unlink()  # a worker's Host cannot: the workers fail to start
+    with server, httpx.Client(base_url=server.url, timeout=60) as client:
+        executor = app.state.service.runs.executor
+        assert isinstance(executor, AutoRuns)
+        for _ in range(3):
+            run = client.post("/v1/runs", json={"module": "c_multi_tool", "wait": True}).json()
+            assert (run["outcome"], run["executor"]) == ("exited", "threads"), run
+        assert not executor.processes.ready()
+
+
+def test_auto_places_modules_by_their_imports(tmp_path: Path) -> None:
+    with Host(cache_dir=None) as host:
+        assert needs_service_process(host.load(SAMPLES / "c_user_stream_echo.wasm"))
+        assert needs_service_process(host.load(SAMPLES / "c_mic_read.wasm"))
+        assert not needs_service_process(host.load(SAMPLES / "c_multi_tool.wasm"))
 
 
 # ---- Ray -------------------------------------------------------------------

@@ -124,10 +124,15 @@ class Service:
 
 def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
     """The executor --executor / --ray chose (serve/executors.py)."""
-    if config.executor == "processes":
+    if config.executor in ("processes", "auto"):
         from spearpy.serve.procs import ProcessRuns
 
-        return ProcessRuns(hosts.base.config, config.max_concurrent, config.workers)
+        processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers)
+        if config.executor == "processes":
+            return processes
+        from spearpy.serve.auto import AutoRuns
+
+        return AutoRuns(ThreadRuns(config.max_concurrent), processes)
     if config.executor == "ray":
         from spearpy.serve.ray_runs import RayRuns
 

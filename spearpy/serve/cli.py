@@ -30,9 +30,10 @@ from spearpy.serve.config import (
               help=f"bearer token every route but /healthz needs [env {TOKEN_ENV}]")
 @click.option("--max-concurrent", default=8, show_default=True, type=click.IntRange(1, 4096),
               help="runs at once; more get 429 with Retry-After")
-@click.option("--executor", type=click.Choice(["threads", "processes"]), default="threads",
-              show_default=True, help="where runs execute: threads of this process's Host, "
-              "or worker processes with a Host each (docs/serve.md)")
+@click.option("--executor", type=click.Choice(["auto", "threads", "processes"]), default=None,
+              help="where runs execute: worker processes with a Host each, threads of this "
+              "process's Host, or auto: processes, and threads for runs that use user "
+              "streams or the microphone (docs/serve.md) [auto]")
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="worker processes (or Ray actors) [CPUs, at most --max-concurrent]")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
@@ -51,7 +52,8 @@ from spearpy.serve.config import (
 @click.option("--access-log/--no-access-log", default=True, show_default=True)
 @host_options
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
-          max_concurrent: int, executor: str, workers: int | None, ray_address: str | None,
+          max_concurrent: int, executor: str | None, workers: int | None,
+          ray_address: str | None,
           grace: float, max_body_bytes: int,
           allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
           no_event_content: bool, access_log: bool, **options: Any) -> None:
@@ -64,14 +66,15 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
     from spearpy.serve.store import StoreLocked
 
     token = token_from_env(token)
-    if ray_address and executor != "threads":
+    if ray_address and executor is not None:
         raise click.UsageError("--ray is an executor of its own: leave out --executor")
     try:
         check_bind(bind, token)
         config = ServeConfig(modules_dir=modules_dir, token=token,
                              state_dir=state_dir or default_state_dir(),
                              max_concurrent=max_concurrent, grace=grace,
-                             executor="ray" if ray_address else executor, workers=workers,
+                             executor="ray" if ray_address else executor or "auto",
+                             workers=workers,
                              ray_address=ray_address,
                              max_body_bytes=max_body_bytes, allow_models=allow_models,
                              allow_backends=allow_backends, event_content=not no_event_content)

@@ -12,7 +12,7 @@ from spearpy.config import HostConfig
 
 TOKEN_ENV = "SPEARPY_SERVE_TOKEN"
 DEFAULT_PORT = 8700
-EXECUTORS = ("threads", "processes", "ray")
+EXECUTORS = ("threads", "processes", "auto", "ray")
 
 
 def default_state_dir() -> Path:
@@ -43,7 +43,10 @@ class ServeConfig:
     retry_after_s: int = 1
     host: HostConfig | None = None  # None = HostConfig() (flags' env and defaults)
     # Where runs execute (serve/executors.py): "threads" of this process's
-    # Host, "processes" (worker processes, each with a Host), or "ray".
+    # Host, "processes" (worker processes, each with a Host), "auto" (worker
+    # processes, threads for runs that need this process: serve/auto.py), or
+    # "ray". Threads here, where an embedder's own Host may carry objects
+    # that exist only in this process; `spearpy serve` defaults to auto.
     executor: str = "threads"
     workers: int | None = None  # worker processes / Ray actors; None = by CPUs
     ray_address: str | None = None  # with executor="ray": "auto", "local", host:port

@@ -43,8 +43,14 @@ class RunJob:
 
 
 class Executor(Protocol):
+    name: str  # what a run's record says it ran on: "threads", "processes", "ray"
     # Whether runs can have user streams: their hub lives in this process.
     streams: bool
+
+    def place(self, module: LoadedModule) -> Executor:
+        """The executor this module's run goes to: itself, or for `auto`
+        one of those it holds. RunManager asks once per run and submits there."""
+        ...
 
     def start(self) -> None: ...
 
@@ -66,10 +72,14 @@ class ThreadRuns:
     compiled modules, the engine and the connection pools are shared, and
     wasmtime and httpx release the GIL while the guest computes or waits."""
 
+    name = "threads"
     streams = True
 
     def __init__(self, threads: int) -> None:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="spearpy-serve-run")
+
+    def place(self, module: LoadedModule) -> ThreadRuns:
+        return self
 
     def start(self) -> None:
         pass

@@ -57,6 +57,7 @@ class _Worker:
 
 
 class ProcessRuns:
+    name = "processes"
     streams = False  # a user stream's hub would live in the worker, out of the routes' reach
 
     def __init__(self, config: HostConfig, max_concurrent: int,
@@ -76,6 +77,14 @@ class ProcessRuns:
         with self._lock:
             return [w.process.pid for w in self._workers
                     if not w.dead and (w.runs or not busy)]
+
+    def place(self, module: LoadedModule) -> ProcessRuns:
+        return self
+
+    def ready(self) -> bool:
+        """Whether a worker has started and can take a run now."""
+        with self._lock:
+            return any(w.ready.is_set() and not w.dead for w in self._workers)
 
     def start(self) -> None:
         # The spec in a file without a name (as batch does): a worker reads it

@@ -58,6 +58,7 @@ class ServeActor:
 
 
 class RayRuns:
+    name = "ray"
     streams = False  # a user stream's hub would live on the cluster
 
     def __init__(self, address: str, config: HostConfig, max_concurrent: int,
@@ -73,6 +74,9 @@ class RayRuns:
         self._where: dict[str, int] = {}  # run key -> actor slot
         self._wasm_refs: dict[str, Any] = {}  # sha256 -> the module in the object store
         self._lock = threading.Lock()
+
+    def place(self, module: LoadedModule) -> RayRuns:
+        return self
 
     def start(self) -> None:
         ray = self._ray = import_ray()

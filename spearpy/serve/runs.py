@@ -96,7 +96,9 @@ class RunManager:
                     limits: dict[str, Any], wasm: bytes) -> LiveRun:
         """Record the run and hand it to a worker; the caller holds a slot."""
         run_id = secrets.token_hex(8)
+        target = self.executor.place(module)
         live = LiveRun(run_id, self._loop.create_future())
+        host = self._host_for(live, host, target)
         # The channel first: a subscriber who sees the record must find it.
         self._hub.open(run_id)
         self.live[run_id] = live
@@ -107,7 +109,8 @@ class RunManager:
                            "limits": limits, "limits_effective": _effective(host, limits),
                            "loop_limits": {"max_iterations": host.config.max_iterations,
                                            "max_tool_calls": host.config.max_tool_calls},
-                           "model": request.model, "backend": request.backend}}
+                           "model": request.model, "backend": request.backend,
+                           "executor": target.name}}
         live.row = row
         # The run starts while its record is committed: the writer commits in
         # order, so the record still lands before any of the run's events.
@@ -116,11 +119,12 @@ class RunManager:
                      request.stdin, dict(limits), request.model, request.backend)
         on_event = FanOut(lambda event: self._on_event(live, event), self._metrics)
         try:
-            self.executor.submit(job, wasm, host, module, live.cancel, on_event,
-                                 lambda result, error: self._end(live, result, error))
+            target.submit(job, wasm, host, module, live.cancel, on_event,
+                          lambda result, error: self._end(live, result, error))
         except BaseException:
             self.live.pop(run_id, None)
             self._hub.publish(run_id, [], ended=True)
+            live.done.cancel()  # it never ran: what waits on its end is let go
             raise
         # Answered only once the record is on disk: a client that got the id
         # must find the run. A failed insert fails the request; the run
@@ -139,6 +143,11 @@ class RunManager:
         else:
             live.inserted = inserted
         return live
+
+    def _host_for(self, live: LiveRun, host: Host, target: Executor) -> Host:
+        """The Host a run on `target` is given (StreamingRunManager adds its
+        hub); what it sets up ends with `live.done`."""
+        return host
 
     def cancel(self, run_id: str, reason: str) -> bool:
         live = self.live.get(run_id)

@@ -121,7 +121,8 @@ def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
         "limits": request.get("limits", {}),
         "limits_effective": request.get("limits_effective", {}),
         "loop_limits": request.get("loop_limits", {}), "model": request.get("model"),
-        "backend": request.get("backend"), "usage": result.get("usage"),
+        "backend": request.get("backend"), "executor": request.get("executor"),
+        "usage": result.get("usage"),
         "urls": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events",
                  "page": f"/#/runs/{run_id}"},
     }

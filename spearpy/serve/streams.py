@@ -28,10 +28,10 @@ from spearpy.serve.streams_ws import SUBPROTOCOL, serve_session
 from spearpy.streams import StreamHub, StreamLimits, StreamsUnavailable
 
 if TYPE_CHECKING:
-    from spearpy.host import Host, LoadedModule
+    from spearpy.host import Host
     from spearpy.outcome import RunResult
     from spearpy.serve.app import Service
-    from spearpy.serve.schema import RunRequest
+    from spearpy.serve.executors import Executor
 
 PREFIX = "/api/v1/executions/{run_id}/streams"
 
@@ -70,13 +70,10 @@ class StreamingRunManager(RunManager):
         super().__init__(*args, **kwargs)
         self.streams = streams
 
-    async def start(self, request: RunRequest, host: Host, module: LoadedModule,
-                    limits: dict[str, Any], wasm: bytes) -> LiveRun:
-        if not self.executor.streams:
-            return await super().start(request, host, module, limits, wasm)
+    def _host_for(self, live: LiveRun, host: Host, target: Executor) -> Host:
+        if not target.streams:
+            return host
         hub = StreamHub(self.streams.limits)
-        live = await super().start(request, cast("Host", _StreamingHost(host, hub)), module,
-                                   limits, wasm)
         self.streams.hubs[live.id] = hub
 
         def ended(_done: asyncio.Future[None]) -> None:
@@ -84,7 +81,7 @@ class StreamingRunManager(RunManager):
             self.streams.tokens.revoke_run(live.id)
 
         live.done.add_done_callback(ended)
-        return live
+        return cast("Host", _StreamingHost(host, hub))
 
 
 def _service(scope_owner: Request | WebSocket) -> Service:
