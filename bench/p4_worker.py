@@ -69,15 +69,17 @@ def main(argv: list[str]) -> int:
     if "--wait" in argv:
         print("ready", flush=True)
         sys.stdin.readline()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     end = time.perf_counter()
+    cpu = time.process_time() - cpu_start
     wall = end - start
     peak = _status_kb("VmHWM")
-    out = {"n": n, "sends": sends, "wall_s": wall, "start": start, "end": end,
+    out = {"n": n, "sends": sends, "wall_s": wall, "start": start, "end": end, "cpu_s": cpu,
            "rss_before_kb": rss_before,
            "peak_kb": peak, "peak_reset": peak_reset,
            "added_kb_per_guest": max(0, peak - rss_before) / n}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -83,6 +84,23 @@ class RunOptions:
     # The run's user streams (Host.run(streams=...)); None: no client can
     # reach it, and user_stream_open / user_stream_ctl_open answer -ENOTCONN.
     streams: StreamHub | None = None
+
+
+def _scratch_root() -> str | None:
+    """Where runs make their scratch directories (the capture FIFOs, a stdin
+    file): a tmpfs when the system has one and temporary files go to the
+    default /tmp (neither TMPDIR nor `tempfile.tempdir` chose a place). On a
+    disk filesystem the directory and its two FIFOs cost ~2 ms CPU and up to
+    ~6 ms wall per run (journal updates; measured on ext4), more than ten
+    loopback completions, and 32 runs starting at once queue on them; on
+    tmpfs ~0.1 ms. None: tempfile's choice."""
+    return _tmpfs() if tempfile.gettempdir() == "/tmp" else None
+
+
+@functools.cache
+def _tmpfs() -> str | None:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
@@ -289,7 +307,7 @@ class GuestRun:
 
     def execute(self) -> RunResult:
         """Instantiate, call the entry export, and report how the run ended."""
-        with tempfile.TemporaryDirectory(prefix="spearpy-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="spearpy-", dir=_scratch_root()) as scratch:
             try:
                 outcome, message, exit_code = self._enter(Path(scratch))
             finally:

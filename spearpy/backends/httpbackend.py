@@ -42,7 +42,7 @@ from spearpy.backends.streaming import (
     StreamError,
     StreamReader,
 )
-from spearpy.backends.wire import TransportWrapper, Wire
+from spearpy.backends.wire import TransportWrapper, Wire, WireResponse
 from spearpy.chat.history import History
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
 from spearpy.observe.scrub import SecretScrubber
@@ -306,7 +306,7 @@ class HTTPBackend(abc.ABC):
         return self._interpret(request, status, headers, self._scrubber.raw(bytes(raw)))
 
     def _stream_reader(self, request: CompletionRequest,
-                       response: httpx.Response) -> StreamReader | None:
+                       response: WireResponse) -> StreamReader | None:
         """A reader for a 2xx event stream we asked for; None for anything else
         (an error body, or a server that ignored `stream` and sent JSON)."""
         if not request.stream or not 200 <= response.status_code < 300:

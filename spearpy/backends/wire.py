@@ -1,28 +1,77 @@
-"""One upstream endpoint over httpx's connection pool, without the Client's
-per-request machinery.
+"""One upstream endpoint: a lean HTTP/1.1 client for the backends' POSTs.
 
-Measured on the loopback P2 exchange, `httpx.Client.stream` spent about a
-third of the client's CPU per request on what a backend never uses: cookie
-extraction and merging (urllib request wrappers for every reply), URL and
-header merging, redirect and auth bookkeeping, event hooks. A backend posts
-JSON to one fixed URL with fixed headers, so it builds the `httpx.Request`
-itself and hands it to the transport: the same connection pool, timeouts,
-exceptions and response decoding as before, and a `wrap_transport` (record,
-replay) still sees every request. A caller's own `httpx.Client` is used the
-way the backends always used it (build_request, send), with whatever it does.
+A backend posts JSON to one fixed URL with fixed headers and reads one
+answer. httpx's Client and even its transport (httpcore + h11) spent ~0.5 ms
+CPU per loopback request on machinery this exchange never uses (cookies,
+header and URL merging, the h11 state machine, pool bookkeeping with locks
+and events, a poll before every socket call), and P4's 32 guests in one
+process share one GIL: every request's CPU and every GIL hand-off (each
+socket call is one) lengthens every other guest's wait. So the hot POST
+goes out here over pooled keep-alive sockets: the request is one
+preformatted head plus the payload in one `sendall`, and the answer is
+usually whole after one `recv`.
 
-What changes for users: nothing the backends relied on. No cookie a server
-sets is sent back (an OpenAI-compatible API keeps no state in cookies), and,
-as before, proxies from the environment are not used (they would see the key).
+What stays the same: the headers httpx's Client sent (its User-Agent,
+Accept-Encoding, keep-alive, under the backend's own), gzip and deflate
+answers decoded, TLS with httpx's own context (certifi, or SSL_CERT_FILE /
+SSL_CERT_DIR), a pool of at most `max_connections`, idle connections closed
+after 5 s and checked before reuse, the timeout bounding the connect, each
+write, each read and the wait for a pooled connection, and httpx's
+exceptions (ConnectError, ReadTimeout, RemoteProtocolError, ...) for
+everything that goes wrong. No cookie a server sets is sent back (an
+OpenAI-compatible API keeps no state in cookies), and no proxy from the
+environment is used (it would see the key).
+
+A `wrap_transport` (record, replay) or a caller's own `httpx.Client` takes the
+httpx path instead, with everything it does; so does a URL this client does
+not speak (credentials in it, a scheme other than http and https).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 import httpx
 
 TransportWrapper = Callable[[httpx.BaseTransport], httpx.BaseTransport]
+
+# What the Client sent, and what this client can decode.
+_USER_AGENT = f"python-httpx/{httpx.__version__}"
+_ACCEPT_ENCODING = "gzip, deflate"
+# h11 (httpcore) refuses a response head or chunk header larger than this.
+_MAX_HEAD = 100 * 1024
+_READ_SIZE = 64 * 1024
+# One inflated piece at most; httpbackend checks the size between pieces, so a
+# small compressed bomb cannot fill the memory inside one chunk.
+_MAX_PIECE = 1 << 20
+# httpx's default keepalive_expiry: an idle connection older than this is
+# closed rather than risked (servers time idle connections out).
+_KEEPALIVE_S = 5.0
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_LINE = re.compile(rb"\r?\n")
+
+
+class WireResponse(Protocol):
+    """What the backends read of an answer: an httpx.Response, or this module's."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> httpx.Headers: ...
+
+    def iter_bytes(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
 
 
 class Wire:
@@ -33,28 +82,42 @@ class Wire:
         self._url = httpx.URL(url)
         self._headers = headers  # read at the first request: a dialect may add to it
         self._raw_headers: list[tuple[bytes, bytes]] | None = None
+        self._head_start: bytes | None = None  # the lean request head up to Content-Length's value
+        self._max_connections = max_connections
+        self._client = client
         self.owns_client = client is None
         self._transport: httpx.BaseTransport | None = None
-        if client is None:
-            limits = httpx.Limits(max_connections=max_connections,
-                                  max_keepalive_connections=max_connections)
-            transport: httpx.BaseTransport = httpx.HTTPTransport(limits=limits)
-            if wrap_transport is not None:
-                transport = wrap_transport(transport)
-            self._transport = transport
-            client = httpx.Client(
-                transport=transport,
-                follow_redirects=False,
-                trust_env=False,  # proxies from the environment must not see the key
-            )
-        # For the odd request that is not the hot POST (a model list), and for
-        # a caller's client, which keeps its own behaviour.
-        self.client = client
+        self._pool: _Pool | None = None
+        if client is not None:
+            return
+        if wrap_transport is None and _speaks(self._url):
+            self._pool = _Pool(self._url, max_connections)
+            return
+        limits = httpx.Limits(max_connections=max_connections,
+                              max_keepalive_connections=max_connections)
+        transport: httpx.BaseTransport = httpx.HTTPTransport(limits=limits)
+        if wrap_transport is not None:
+            transport = wrap_transport(transport)
+        self._transport = transport
 
-    def post(self, payload: bytes, timeout: float) -> httpx.Response:
+    @property
+    def client(self) -> httpx.Client:
+        """An httpx Client for the odd request that is not the hot POST (a
+        model list): the caller's, or one of our own made at first use."""
+        if self._client is None:
+            self._client = httpx.Client(
+                transport=self._transport, follow_redirects=False,
+                trust_env=False,  # proxies from the environment must not see the key
+                limits=httpx.Limits(max_connections=self._max_connections,
+                                    max_keepalive_connections=self._max_connections))
+        return self._client
+
+    def post(self, payload: bytes, timeout: float) -> WireResponse:
         """An open streamed response to POSTing `payload`; the caller closes it.
         Raises what httpx raises (TimeoutException, ConnectError, HTTPError)
         and whatever a wrapping transport raises."""
+        if self._pool is not None:
+            return self._pool.post(self._head(len(payload)), payload, timeout)
         if self._transport is None:  # a caller's client: its cookies, hooks, auth, ...
             built = self.client.build_request("POST", self._url, content=payload,
                                               headers=self._headers, timeout=timeout)
@@ -66,15 +129,374 @@ class Wire:
         return response
 
     def close(self) -> None:
-        if self.owns_client:
-            self.client.close()
+        if self._pool is not None:
+            self._pool.close()
+        if self.owns_client and self._client is not None:
+            self._client.close()
+        elif self._transport is not None:
+            self._transport.close()
 
     def _wire_headers(self) -> list[tuple[bytes, bytes]]:
         raw = self._raw_headers
         if raw is None:
             # The Client's defaults (User-Agent, Accept-Encoding, keep-alive)
             # under the backend's own, as `Client.stream` merged them.
-            merged = httpx.Headers(self.client.headers)
+            merged = httpx.Headers({"Accept": "*/*", "Accept-Encoding": _ACCEPT_ENCODING,
+                                    "Connection": "keep-alive", "User-Agent": _USER_AGENT})
             merged.update(self._headers)
             raw = self._raw_headers = list(merged.raw)
         return raw
+
+    def _head(self, length: int) -> bytes:
+        head = self._head_start
+        if head is None:
+            lines = [b"POST " + self._url.raw_path + b" HTTP/1.1", b"Host: " + self._url.netloc]
+            lines += [name + b": " + value for name, value in self._wire_headers()]
+            head = self._head_start = b"\r\n".join(lines) + b"\r\nContent-Length: "
+        return head + str(length).encode() + b"\r\n\r\n"
+
+
+def _speaks(url: httpx.URL) -> bool:
+    return url.scheme in ("http", "https") and not url.userinfo and bool(url.raw_host)
+
+
+class _Connection:
+    __slots__ = ("idle_since", "sock", "timeout")
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self.sock = sock
+        self.timeout = timeout
+        self.idle_since = 0.0
+
+    def set_timeout(self, timeout: float) -> None:
+        if timeout != self.timeout:
+            self.sock.settimeout(timeout)
+            self.timeout = timeout
+
+    def usable(self, now: float) -> bool:
+        """Not expired, and nothing to read: a closed connection reads as EOF."""
+        if now - self.idle_since > _KEEPALIVE_S:
+            return False
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return False  # bytes nobody asked for
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class _Pool:
+    """Keep-alive connections to one origin, at most `limit` at a time."""
+
+    def __init__(self, url: httpx.URL, limit: int) -> None:
+        self._https = url.scheme == "https"
+        self._host = url.raw_host.decode("ascii")
+        self._port = url.port or (443 if self._https else 80)
+        self._slots = threading.BoundedSemaphore(limit)
+        self._idle: list[_Connection] = []
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+
+    def post(self, head: bytes, payload: bytes, timeout: float) -> _Response:
+        if not self._slots.acquire(timeout=timeout):
+            raise httpx.PoolTimeout("no connection of the pool came free in time")
+        try:
+            conn = self._connection(timeout)
+            try:
+                conn.sock.sendall(head + payload)  # one buffer: one syscall, one GIL hand-off
+            except BaseException:
+                conn.close()
+                raise
+        except TimeoutError as exc:
+            self._slots.release()
+            raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
+        except OSError as exc:
+            self._slots.release()
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        except BaseException:
+            self._slots.release()
+            raise
+        return _Response(self, conn)  # from here on, its close() gives the slot back
+
+    def _connection(self, timeout: float) -> _Connection:
+        idle = self._idle
+        while idle:
+            try:
+                conn = idle.pop()
+            except IndexError:  # another thread took the last one
+                break
+            if conn.usable(time.monotonic()):
+                conn.set_timeout(timeout)
+                return conn
+            conn.close()
+        return self._connect(timeout)
+
+    def _connect(self, timeout: float) -> _Connection:
+        try:
+            sock = socket.create_connection((self._host, self._port), timeout=timeout)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc) or "connect timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._https:
+                sock = self._tls().wrap_socket(sock, server_hostname=self._host)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpx.ConnectTimeout(str(exc) or "TLS handshake timed out") from exc
+        except OSError as exc:  # ssl.SSLError included
+            sock.close()
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        return _Connection(sock, timeout)
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            # httpx's own: certifi, or SSL_CERT_FILE / SSL_CERT_DIR, as its transport did.
+            context = httpx.create_ssl_context()
+            context.set_alpn_protocols(["http/1.1"])
+            self._ssl = context
+        return self._ssl
+
+    def release(self, conn: _Connection, reusable: bool) -> None:
+        if reusable and not self._closed:
+            conn.idle_since = time.monotonic()
+            self._idle.append(conn)
+        else:
+            conn.close()
+        self._slots.release()
+
+    def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class _Response:
+    """One answer read off a pooled connection: the head at once, the body as
+    `iter_bytes` pulls it. `close` hands the connection back when the whole
+    answer was read and the server keeps it open."""
+
+    def __init__(self, pool: _Pool, conn: _Connection) -> None:
+        self._pool: _Pool | None = pool
+        self._conn = conn
+        self._buffer = bytearray()
+        self._done = False  # the whole body read
+        self._keep = True
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._headers: httpx.Headers | None = None
+        try:
+            self.status_code = self._read_head()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def headers(self) -> httpx.Headers:
+        if self._headers is None:
+            self._headers = httpx.Headers(self._raw_headers)
+        return self._headers
+
+    # ---- reading -----------------------------------------------------------
+
+    def _recv(self) -> bytes:
+        try:
+            return self._conn.sock.recv(_READ_SIZE)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+
+    def _read_head(self) -> int:
+        while True:  # informational (1xx) answers come before the real one
+            buffer = self._buffer
+            found = _HEAD_END.search(buffer)
+            while found is None:
+                if len(buffer) > _MAX_HEAD:
+                    raise httpx.RemoteProtocolError("the response head is too large")
+                data = self._recv()
+                if not data:
+                    raise httpx.RemoteProtocolError(
+                        "Server disconnected without sending a response.")
+                start = max(0, len(buffer) - 3)
+                buffer += data
+                found = _HEAD_END.search(buffer, start)
+            lines = _LINE.split(bytes(buffer[:found.start()]))
+            del buffer[:found.end()]
+            status = self._status(lines[0])
+            if 100 <= status < 200:
+                if status == 101:
+                    raise httpx.RemoteProtocolError("unexpected protocol switch (101)")
+                continue
+            self._parse_headers(lines[1:], status)
+            return status
+
+    def _status(self, line: bytes) -> int:
+        version, _, rest = line.partition(b" ")
+        code = rest[:3]
+        if (not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit()
+                or rest[3:4] not in (b"", b" ")):
+            raise httpx.RemoteProtocolError(f"malformed status line {line[:80]!r}")
+        if version != b"HTTP/1.1":
+            self._keep = False  # HTTP/1.0 closes unless told otherwise: never risk it
+        return int(code)
+
+    def _parse_headers(self, lines: list[bytes], status: int) -> None:
+        length: int | None = None
+        chunked = False
+        encoding = b""
+        raw = self._raw_headers
+        for line in lines:
+            name, colon, value = line.partition(b":")
+            if not colon or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
+                raise httpx.RemoteProtocolError(f"malformed header line {line[:80]!r}")
+            value = value.strip(b" \t")
+            raw.append((name, value))
+            lowered = name.lower()
+            if lowered == b"content-length":
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    raise httpx.RemoteProtocolError("invalid Content-Length")
+                length = int(value)
+            elif lowered == b"transfer-encoding":
+                if value.lower() != b"chunked":
+                    raise httpx.RemoteProtocolError(f"unsupported Transfer-Encoding {value!r}")
+                chunked = True
+            elif lowered == b"connection":
+                if b"close" in value.lower():
+                    self._keep = False
+            elif lowered == b"content-encoding":
+                encoding = value.lower()
+        self._decoder = _decoder(encoding)
+        if status in (204, 304):
+            self._body: Iterator[bytes] = iter(())
+        elif chunked:
+            self._body = self._chunked()
+        elif length is not None:
+            self._body = self._sized(length)
+        else:
+            self._keep = False  # the body ends when the server closes
+            self._body = self._until_close()
+
+    def _sized(self, length: int) -> Iterator[bytes]:
+        buffer = self._buffer
+        remaining = length
+        while True:
+            if buffer and remaining:
+                piece = bytes(buffer[:remaining])
+                del buffer[:remaining]
+                remaining -= len(piece)
+                yield piece
+            if remaining <= 0:
+                return
+            data = self._recv()
+            if not data:
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body: "
+                    f"received {length - remaining} bytes, expected {length}")
+            buffer += data
+
+    def _until_close(self) -> Iterator[bytes]:
+        if self._buffer:
+            yield bytes(self._buffer)
+            self._buffer.clear()
+        while data := self._recv():
+            yield data
+
+    def _line(self) -> bytes:
+        buffer = self._buffer
+        while (end := buffer.find(b"\n")) < 0:
+            if len(buffer) > _MAX_HEAD:
+                raise httpx.RemoteProtocolError("a chunk header is too large")
+            data = self._recv()
+            if not data:
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body: "
+                    "incomplete chunked read")
+            buffer += data
+        line = bytes(buffer[:end]).rstrip(b"\r")
+        del buffer[:end + 1]
+        return line
+
+    def _chunked(self) -> Iterator[bytes]:
+        while True:
+            size_text = self._line().partition(b";")[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise httpx.RemoteProtocolError(
+                    f"invalid chunk size {size_text[:20]!r}") from None
+            if size < 0 or size_text[:1] in (b"-", b"+"):
+                raise httpx.RemoteProtocolError("invalid chunk size")
+            if size == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                return
+            yield from self._sized(size)
+            if self._line():
+                raise httpx.RemoteProtocolError("a chunk does not end with CRLF")
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        decoder = self._decoder
+        for piece in self._body:
+            if decoder is None:
+                if piece:
+                    yield piece
+                continue
+            yield from decoder.pieces(piece)
+        if decoder is not None and (tail := decoder.flush()):
+            yield tail
+        self._done = True
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.release(self._conn, self._done and self._keep and not self._buffer)
+
+
+def _decoder(encoding: bytes) -> _Inflate | None:
+    if encoding in (b"gzip", b"x-gzip"):
+        return _Inflate(zlib.MAX_WBITS | 16, raw_fallback=False)
+    if encoding == b"deflate":
+        return _Inflate(zlib.MAX_WBITS, raw_fallback=True)
+    return None  # identity, or an encoding httpx would not decode either
+
+
+class _Inflate:
+    """gzip, or deflate: zlib-wrapped, or raw when the first bytes say so (as
+    httpx). At most _MAX_PIECE bytes come out per piece."""
+
+    def __init__(self, wbits: int, *, raw_fallback: bool) -> None:
+        self._zlib = zlib.decompressobj(wbits)
+        self._raw_fallback = raw_fallback
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        try:
+            try:
+                out = self._zlib.decompress(data, _MAX_PIECE)
+            except zlib.error:
+                if not self._raw_fallback:
+                    raise
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                out = self._zlib.decompress(data, _MAX_PIECE)
+            self._raw_fallback = False  # decided by the first bytes
+            while True:
+                if out:
+                    yield out
+                tail = self._zlib.unconsumed_tail
+                if not tail:
+                    return
+                out = self._zlib.decompress(tail, _MAX_PIECE)
+        except zlib.error as exc:
+            raise httpx.DecodingError(str(exc)) from exc
+
+    def flush(self) -> bytes:
+        try:
+            return self._zlib.flush()
+        except zlib.error as exc:
+            raise httpx.DecodingError(str(exc)) from exc
