@@ -57,6 +57,9 @@ OPENAPI: dict[str, Any] = {
                     "message": {"type": "string"}, "cancel_requested": {"type": "boolean"},
                     "created_at": {"type": "number"}, "ended_at": {"type": ["number", "null"]},
                     "elapsed_ms": {"type": ["number", "null"]},
+                    "executor": {"type": ["string", "null"],
+                                 "description": "where it ran: threads, processes or ray "
+                                                "(null for runs recorded before this field)"},
                     "usage": {"type": ["object", "null"]},
                     "stdout": {"type": "string"}, "stderr": {"type": "string"},
                     "transcripts": {"type": "array", "items": {"type": "object"}},

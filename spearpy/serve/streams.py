@@ -98,9 +98,10 @@ async def create_session(request: Request) -> Response:
         if row is None:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
         if run_id in service.runs.live:
-            raise Problem(409, f"run {run_id} has no user streams: they need the service's "
-                               "threads executor (--executor threads)",
-                          slug="streams-unavailable")
+            raise Problem(409, f"run {run_id} has no user streams: it runs outside the "
+                               "service's process; streams need the threads executor "
+                               "(--executor threads, or auto for a module that imports "
+                               "user_stream_*)", slug="streams-unavailable")
         raise Problem(409, f"run {run_id} has ended: its streams are closed", slug="run-ended")
     token = streams.tokens.issue(run_id)
     scheme = request.headers.get("x-forwarded-proto", request.url.scheme)
