@@ -95,6 +95,7 @@ def test_a_run_started_from_the_form_shows_live_then_its_answer(
     assert page.inner_text("#st-tools").startswith("4")
     assert "Compute (2 + 3) * 4" in page.inner_text(".bubble.user")
     assert "exited 0" in page.inner_text("#run-list")
+    assert "on threads" in page.inner_text("#rv-id")  # where it ran
     shot = tmp_path / "serve-page.png"
     page.screenshot(path=str(shot), full_page=True)
     shutil.copy(shot, SCREENSHOT_COPY)  # where a person can look at it after the run

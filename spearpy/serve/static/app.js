@@ -352,7 +352,8 @@ setInterval(() => { if (view && !view.ended) renderStats(); }, 250);
 
 function renderHead(run) {
   $("rv-module").textContent = run.module;
-  $("rv-id").textContent = "run " + run.id + (run.host_run_id ? " · host run " + run.host_run_id : "");
+  $("rv-id").textContent = "run " + run.id + (run.host_run_id ? " · host run " + run.host_run_id : "")
+    + (run.executor ? " · on " + run.executor : "");
   const pill = $("rv-status");
   pill.className = pillClass(run);
   pill.textContent = statusLabel(run);
