@@ -143,6 +143,7 @@ def test_a_killed_worker_ends_its_run_and_is_replaced(server: BackgroundServer,
     assert len(after) == 2 and busy[0] not in after and after != before
     again = client.post("/v1/runs", json={"module": "c_hello", "wait": True}).json()
     assert again["outcome"] == "exited", again
+    assert "\nspearpy_serve_workers_lost 1.0\n" in client.get("/metrics").text
 
 
 def test_user_streams_say_they_need_threads(client: httpx.Client) -> None:
@@ -227,8 +228,11 @@ def test_auto_sends_runs_to_workers_and_stream_runs_to_threads(tmp_path: Path) -
         finally:
             client.delete(f"/v1/runs/{streaming['id']}")
         wait_for(client, streaming["id"])
-        # The record keeps where the run went.
+        # The record keeps where the run went, and the metrics count both.
         assert client.get(f"/v1/runs/{plain['id']}").json()["executor"] == "processes"
+        metrics = client.get("/metrics").text
+        assert 'spearpy_serve_runs_started_total{executor="processes"} 1.0' in metrics
+        assert 'spearpy_serve_runs_started_total{executor="threads"} 1.0' in metrics
 
 
 def test_auto_keeps_serving_on_threads_when_workers_cannot_start(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from spearpy.observe.redact import Redactor
 from spearpy.secret_env import BUILTIN_KEY_ENVS
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
-from spearpy.serve.executors import Executor, ThreadRuns
+from spearpy.serve.executors import Executor, ThreadRuns, workers_lost
 from spearpy.serve.fanout import Hub
 from spearpy.serve.modules import ModuleDir, RecentModules
 from spearpy.serve.problems import exception_handlers
@@ -56,6 +56,8 @@ class Service:
         self.metrics = Metrics(self.registry)
         self.rejected = Counter("spearpy_serve_runs_rejected",
                                 "Runs refused with 429 (every slot busy)", registry=self.registry)
+        self.started = Counter("spearpy_serve_runs_started", "Runs started, by where they ran",
+                               ["executor"], registry=self.registry)
         self.hub = Hub(config.replay_buffer)
         try:
             self.store = RunStore(config.state_path)
@@ -69,6 +71,9 @@ class Service:
               ).set_function(lambda: self._runs.active if self._runs else 0)
         Gauge("spearpy_serve_event_subscribers", "Open event streams",
               registry=self.registry).set_function(lambda: self.hub.subscribers)
+        Gauge("spearpy_serve_workers_lost", "Worker processes that died (and were replaced)",
+              registry=self.registry).set_function(
+            lambda: workers_lost(self._runs.executor) if self._runs else 0)
 
     @property
     def runs(self) -> RunManager:
@@ -97,7 +102,8 @@ class Service:
             raise
         self._runs = StreamingRunManager(self.streams, self.config, self.hosts, self.store,
                                          self.hub, self.encoder, self.metrics, self._loop,
-                                         self.rejected.inc, executor)
+                                         self.rejected.inc, executor,
+                                         lambda where: self.started.labels(where).inc())
 
     def request_drain(self) -> None:
         """From any thread (a signal handler, a test): stop taking runs and

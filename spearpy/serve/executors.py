@@ -62,6 +62,13 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def workers_lost(executor: Executor) -> int:
+    """Workers (processes, actors) of this executor that died so far."""
+    inner = getattr(executor, "processes", executor)  # auto: its processes
+    lost: int = getattr(inner, "workers_lost", 0)
+    return lost
+
+
 def worker_lost(message: str) -> RunResult:
     return RunResult(run_id="", exit_code=exit_code_for("worker_lost"), outcome="worker_lost",
                      message=message)

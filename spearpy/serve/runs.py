@@ -57,7 +57,8 @@ class RunManager:
     def __init__(self, config: ServeConfig, hosts: HostPool, store: RunStore, hub: Hub,
                  encoder: EventEncoder, metrics_sink: Any,
                  loop: asyncio.AbstractEventLoop, on_reject: Callable[[], None],
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None,
+                 on_start: Callable[[str], None] | None = None) -> None:
         self._config = config
         self._hosts = hosts
         self._store = store
@@ -68,6 +69,7 @@ class RunManager:
         self._on_reject = on_reject
         self._handoff = LoopHandoff(loop)
         self.executor: Executor = executor or ThreadRuns(config.max_concurrent)
+        self._on_start = on_start  # with the executor's name, once a run is handed to it
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self.live: dict[str, LiveRun] = {}
         self.draining = False
@@ -126,6 +128,8 @@ class RunManager:
             self._hub.publish(run_id, [], ended=True)
             live.done.cancel()  # it never ran: what waits on its end is let go
             raise
+        if self._on_start is not None:
+            self._on_start(target.name)
         # Answered only once the record is on disk: a client that got the id
         # must find the run. A failed insert fails the request; the run
         # then ends on its own, its events and end unrecorded. A waiting
