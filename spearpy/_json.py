@@ -48,7 +48,7 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
             end = -1
         if end != len(raw):
             value = json.loads(raw) if allow_nan else _STRICT.decode(raw)
-        if "\\ud" in raw or "\\uD" in raw:
+        if "\\u" in raw and _may_hold_surrogates(raw):
             value = _replace_lone_surrogates(value)
         return value
     if _too_deep(raw):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spearpy import abi
@@ -32,33 +31,14 @@ def _align8(value: int) -> int:
     return (value + 7) & ~7
 
 
-@dataclass(slots=True)
-class _Buffers:
-    args_ptr: int
-    out_ptr: int
-    capacity: int
-    len_ptr: int
-    block: int | None = None  # spear_alloc'd block to free, if any
-    block_size: int = 0
-
-
 class _NoRoom(Exception):
     pass
 
 
-def _arena_layout(base: int, length: int, args_len: int, limit: int) -> _Buffers | None:
-    """SPEAR layout: args (+NUL) at the base, output 8-aligned after them,
-    the u32 length word 8-aligned after the output. None when it cannot fit."""
-    base &= 0xFFFFFFFF
-    out_ptr = (base + args_len + 1 + 7) & ~7  # _align8, inlined: once per tool call
-    room = ((base + length - 4) & ~7) - out_ptr
-    if room < 0:
-        return None
-    capacity = min(room, limit)
-    return _Buffers(base, out_ptr, capacity, (out_ptr + capacity + 7) & ~7)
-
-
-def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:
+def _allocated_buffers(run: GuestRun, args: bytes,
+                       capacity: int) -> tuple[int, int, int, int, int]:
+    """(args_ptr, out_ptr, capacity, len_ptr, size) in a block from spear_alloc
+    (the block starts at args_ptr)."""
     args_size = _align8(len(args) + 1)
     size = args_size + _align8(capacity) + 8
     alloc = run.allocator
@@ -68,15 +48,14 @@ def _allocated_buffers(run: GuestRun, args: bytes, capacity: int) -> _Buffers:
     if block == 0:
         raise _NoRoom(f"spear_alloc({size}) returned NULL")
     # The arguments are written by the caller, inside the try that frees the block.
-    return _Buffers(block, block + args_size, capacity, block + args_size + _align8(capacity),
-                    block, size)
+    return block, block + args_size, capacity, block + args_size + _align8(capacity), size
 
 
-def _release(run: GuestRun, buffers: _Buffers) -> None:
-    if buffers.block is not None and run.allocator is not None:
+def _release(run: GuestRun, block: int, size: int) -> None:
+    if run.allocator is not None:
         # A trapping free leaks guest memory, nothing of the host's.
         with contextlib.suppress(GuestCallError):
-            run.allocator[1].call_i32(buffers.block, buffers.block_size)
+            run.allocator[1].call_i32(block, size)
 
 
 def _failure(code: str, message: str, started: float, rc: int | None = None) -> ToolOutcome:
@@ -89,8 +68,11 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
     """One tool call, under one tool deadline for all of it: spear_alloc,
     every -28 retry and spear_free, so neither a spinning allocator nor a tool
     that keeps asking for more room gets more than --tool-timeout."""
-    armed = run.interrupts.arm_tool()
-    try:  # one function, not a wrapper: this runs on every tool call
+    stops = run.interrupts
+    # One function, no helper objects: this runs on every tool call. Without
+    # a tool timeout there is nothing to arm (arm_tool's first test, made here).
+    armed = stops.tool_timeout is not None and stops.arm_tool()
+    try:
         started = time.monotonic()
         func = run.tool_function(fn_offset)
         if func is None:
@@ -99,68 +81,79 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                             started)
         args = arguments.encode("utf-8")
         args_z = args + b"\0"  # the ABI's NUL after the arguments
-        in_arena = _arena_layout(arena[0], arena[1], len(args), max_output) if arena else None
-        if in_arena is None and run.allocator is None:
+        # SPEAR layout in the arena: args (+NUL) at its base, the output
+        # 8-aligned after them, the u32 length word 8-aligned after the
+        # output. arena_capacity < 0: no arena, or the arguments do not fit.
+        arena_capacity = -1
+        base = arena_out = arena_len_ptr = 0
+        if arena is not None:
+            base = arena[0] & 0xFFFFFFFF
+            arena_out = (base + len(args) + 1 + 7) & ~7
+            room = ((base + arena[1] - 4) & ~7) - arena_out
+            if room >= 0:
+                arena_capacity = room if room < max_output else max_output
+                arena_len_ptr = (arena_out + arena_capacity + 7) & ~7
+        if arena_capacity < 0 and run.allocator is None:
             why = ("the tool arena is too small for the arguments" if arena else
                    "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")
             return _failure(abi.TOOL_EXEC_FAILED,
                             f"{why} and exports no spear_alloc/spear_free", started)
+        memory = run.memory
         wanted: int | None = None
         try:
             for _attempt in range(MAX_ATTEMPTS):
-                if in_arena is not None and (wanted is None or wanted <= in_arena.capacity):
-                    buffers = in_arena
+                block_size = 0  # > 0: a spear_alloc'd block to free
+                if arena_capacity >= 0 and (wanted is None or wanted <= arena_capacity):
+                    args_ptr, out_ptr, capacity, len_ptr = base, arena_out, arena_capacity, \
+                        arena_len_ptr
                 elif run.allocator is not None:
-                    buffers = _allocated_buffers(run, args,
-                                                 wanted or min(INITIAL_CAPACITY, max_output))
+                    args_ptr, out_ptr, capacity, len_ptr, block_size = _allocated_buffers(
+                        run, args, wanted or min(INITIAL_CAPACITY, max_output))
                 else:
-                    held = in_arena.capacity if in_arena is not None else 0
+                    held = arena_capacity if arena_capacity >= 0 else 0
                     return _failure(abi.TOOL_EXEC_FAILED,
                                     f"the tool needs {wanted} output bytes but the arena holds "
                                     f"{held}; export spear_alloc/spear_free to "
                                     "let the host grow the buffer", started)
                 try:
-                    run.memory.write_with_u32(buffers.args_ptr, args_z, buffers.len_ptr,
-                                              buffers.capacity)
-                    rc = func.call_i32(buffers.args_ptr, len(args), buffers.out_ptr,
-                                       buffers.len_ptr)
+                    memory.write_with_u32(args_ptr, args_z, len_ptr, capacity)
+                    rc = func.call_i32(args_ptr, len(args), out_ptr, len_ptr)
                     if rc == abi.ENOSPC:
-                        needed = run.memory.read_u32(buffers.len_ptr)
+                        needed = memory.read_u32(len_ptr)
                         if needed > max_output:
                             return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
                                             f"the tool needs {needed} output bytes; "
                                             f"max_tool_output_bytes is {max_output}", started, rc)
-                        if needed <= buffers.capacity:
+                        if needed <= capacity:
                             return _failure(abi.TOOL_EXEC_FAILED,
                                             f"the tool returned -28 asking for {needed} bytes "
-                                            f"but the buffer already held {buffers.capacity}",
+                                            f"but the buffer already held {capacity}",
                                             started, rc)
                         wanted = needed
                         continue
                     if rc != 0:
                         return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}",
                                         started, rc)
-                    length, raw = run.memory.read_counted(buffers.len_ptr, buffers.out_ptr,
-                                                          buffers.capacity)
+                    length, raw = memory.read_counted(len_ptr, out_ptr, capacity)
                     if raw is None:
                         return _failure(abi.TOOL_EXEC_FAILED,
                                         f"the tool claimed {length} output bytes but the buffer "
-                                        f"holds {buffers.capacity}", started, rc)
+                                        f"holds {capacity}", started, rc)
                 finally:
-                    if buffers.block is not None:  # arena buffers need no release
-                        _release(run, buffers)
+                    if block_size:  # arena buffers need no release
+                        _release(run, args_ptr, block_size)
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     return _failure(abi.TOOL_EXEC_FAILED,
                                     f"the tool output is not UTF-8 (byte {exc.start})", started, 0)
-                return ToolOutcome(ok=True, output=text, rc=0,
-                                   duration_ms=(time.monotonic() - started) * 1000.0)
+                return ToolOutcome(True, text, None, None, 0,
+                                   (time.monotonic() - started) * 1000.0)
             return _failure(abi.TOOL_EXEC_FAILED,
                             f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
                             abi.ENOSPC)
         except GuestCallError as exc:
-            reason = run.interrupts.take_tool_timeout()
+            reason = stops.take_tool_timeout()
             if reason is not None:
                 return _failure(abi.TOOL_EXEC_FAILED, reason, started)
             return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)
@@ -171,4 +164,4 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
             return _failure(abi.TOOL_EXEC_FAILED, str(exc), started)
     finally:
         if armed:
-            run.interrupts.disarm_tool()
+            stops.disarm_tool()

@@ -23,8 +23,8 @@ Reason = tuple[Outcome, str]
 
 
 class Interrupts:
-    __slots__ = ("_noted", "_run_timeout", "_tool_timeout", "_tool_timeout_note",
-                 "cancel_event", "deadline", "tool_deadline", "waker")
+    __slots__ = ("_noted", "_run_timeout", "_tool_timeout_note", "cancel_event", "deadline",
+                 "tool_deadline", "tool_timeout", "waker")
 
     def __init__(self, *, timeout: float | None, tool_timeout: float | None,
                  cancel: threading.Event | None = None) -> None:
@@ -32,7 +32,9 @@ class Interrupts:
         self.waker = Waker()
         self.deadline = time.monotonic() + timeout if timeout else None
         self.tool_deadline: float | None = None
-        self._run_timeout, self._tool_timeout = timeout, tool_timeout
+        self._run_timeout = timeout
+        # Seconds each tool call may take (None: no limit); read, never changed.
+        self.tool_timeout = tool_timeout
         self._noted: Reason | None = None
         self._tool_timeout_note: str | None = None
 
@@ -49,7 +51,7 @@ class Interrupts:
             return Outcome.TIMEOUT, f"the run exceeded its {_seconds(self._run_timeout)}deadline"
         if self.tool_deadline is not None and now >= self.tool_deadline:
             return (Outcome.TOOL_TIMEOUT,
-                    f"the tool exceeded its {_seconds(self._tool_timeout)}deadline")
+                    f"the tool exceeded its {_seconds(self.tool_timeout)}deadline")
         return None
 
     def run_reason(self) -> Reason | None:
@@ -100,9 +102,9 @@ class Interrupts:
         """Start one tool call's deadline; False when there is none to arm or a
         nested call (a tool's own send running tools) keeps the outer one.
         A plain flag, not a context manager: this is on every tool call's path."""
-        if self._tool_timeout is None or self.tool_deadline is not None:
+        if self.tool_timeout is None or self.tool_deadline is not None:
             return False
-        self.tool_deadline = time.monotonic() + self._tool_timeout
+        self.tool_deadline = time.monotonic() + self.tool_timeout
         return True
 
     def disarm_tool(self) -> None:

@@ -16,7 +16,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final, Literal, NoReturn, overload
 
 from spearpy import _json, abi
 from spearpy.chat.normalize import bad_response_reason, with_session_tool_calls
@@ -113,33 +113,28 @@ class ToolLoop:
             return self._final
         if self._awaiting is not None:
             return self._awaiting
-        if self.state is LoopState.ACTING:
-            if self._queue:
-                action = self._advance_calls()
-                if action is not None:
-                    return action
-                if self._final is not None:
-                    return self._final
-            else:
-                # Every call of the reply is answered (_advance_calls' ending,
-                # inlined: the step after each iteration's last tool result).
-                # The table decides; next_state() only raises for a move it
-                # does not list.
-                self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_ANSWERED) or \
-                    next_state(self.state, LoopEvent.CALLS_ANSWERED)
-        # The next completion: the transcript as it stands, the tools on offer.
-        stats = self.stats
-        stats.iterations += 1
-        session = self.session
-        complete = Complete(session.messages, session.registry.specs(), stats.iterations)
-        self._awaiting = complete
-        return complete
+        if self.state is LoopState.ACTING and self._queue:
+            action = self._advance_calls()
+            if action is not None:
+                return action
+            if self._final is not None:
+                return self._final
+        return self._next_completion()
 
-    # The common path of an iteration is next_action, on_completion,
-    # next_action, on_tool_result and what they need, inlined where a helper
-    # would cost a Python call (the driver makes these calls for every step).
+    # A driver that asks next_action() right after feeding a result passes
+    # advance=True and gets that action back: one call into the loop per
+    # step. The common path of an iteration is these two calls and what they
+    # need, inlined where a helper would cost a Python call per step.
 
-    def on_completion(self, result: CompletionResult) -> None:
+    @overload
+    def on_completion(self, result: CompletionResult,
+                      advance: Literal[False] = False) -> None: ...
+
+    @overload
+    def on_completion(self, result: CompletionResult, advance: Literal[True]) -> Action: ...
+
+    def on_completion(self, result: CompletionResult, advance: bool = False) -> Action | None:
+        """Feed the outstanding Complete's result; with `advance`, return next_action()."""
         if not isinstance(self._awaiting, Complete):
             self._misuse("on_completion() without an outstanding Complete action")
         self._awaiting = None
@@ -158,19 +153,36 @@ class ToolLoop:
         if result.error is not None:
             err = result.error
             self._fail(err.code, err.message, status=err.status)
-            return
+            return self._final if advance else None
         if not isinstance(message, dict):
             self._fail(UPSTREAM_BAD_RESPONSE, bad_response_reason(body))
-            return
+            return self._final if advance else None
         assert body is not None  # a message came from it
         normalized, calls = self.session.append_reply(message)
         if not self.auto or not calls:
             self._finish(body)
-            return
+            return self._final if advance else None
         self._reply = (body, normalized)
         self._accept_calls(calls)
+        if not advance:
+            return None
+        if self._final is None:
+            action = self._advance_calls()
+            if action is not None:
+                return action
+        return self.next_action()
 
-    def on_tool_result(self, call_id: str, outcome: ToolOutcome) -> None:
+    @overload
+    def on_tool_result(self, call_id: str, outcome: ToolOutcome,
+                       advance: Literal[False] = False) -> None: ...
+
+    @overload
+    def on_tool_result(self, call_id: str, outcome: ToolOutcome,
+                       advance: Literal[True]) -> Action: ...
+
+    def on_tool_result(self, call_id: str, outcome: ToolOutcome,
+                       advance: bool = False) -> Action | None:
+        """Feed the outstanding CallTool's outcome; with `advance`, return next_action()."""
         action = self._awaiting
         if not isinstance(action, CallTool) or action.call.id != call_id:
             self._misuse(f"on_tool_result({call_id!r}) does not answer the outstanding action")
@@ -186,6 +198,11 @@ class ToolLoop:
             self.session.answer(call.id, output)
         else:
             self.session.answer(call.id, self._tool_content(outcome))
+        if not advance:
+            return None
+        if self._queue:
+            return self.next_action()
+        return self._next_completion()
 
     def interrupt(self, code: str, message: str) -> Failed:
         """End the send now (deadline, cancel); every pending call gets this error."""
@@ -308,6 +325,21 @@ class ToolLoop:
             return action
         self.state = next_state(self.state, LoopEvent.CALLS_ANSWERED)
         return None
+
+    def _next_completion(self) -> Complete:
+        """The next completion: the transcript as it stands, the tools on offer."""
+        if self.state is LoopState.ACTING:
+            # Every call of the reply is answered (_advance_calls' ending,
+            # inlined: the step after each iteration's last tool result).
+            # The table decides; next_state() only raises for a move it does not list.
+            self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_ANSWERED) or \
+                next_state(self.state, LoopEvent.CALLS_ANSWERED)
+        stats = self.stats
+        stats.iterations += 1
+        session = self.session
+        complete = Complete(session.messages, session.registry.specs(), stats.iterations)
+        self._awaiting = complete
+        return complete
 
     def _hold(self, call: ToolCall) -> None:
         """End the send with `call` and the calls after it pending for the guest,

@@ -109,12 +109,14 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     # own first test, made here once: a Python call saved per completion).
     waker = stops.waker if run.options.cancel is not None else None
     charged = session.appended_chars
+    max_host_bytes = run.config.max_host_bytes
     request: CompletionRequest | None = None
-    # One turn per step. The hot path reads plain attributes (the event
-    # sinks, the loop's notes, the session's appended size) rather than
-    # calling properties or helpers: each costs a Python call per step.
+    # One turn per step; feeding a result back to the loop returns the next
+    # action. The hot path reads plain attributes (the event sinks, the
+    # loop's notes, the session's appended size) rather than calling
+    # properties or helpers: each costs a Python call per step.
+    action = loop.next_action()
     while True:
-        action = loop.next_action()
         if loop.notes:
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
         appended = session.appended_chars
@@ -122,20 +124,24 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             # What the last step appended (a reply, tool outputs) counts
             # against the run's host-memory budget. Past it the run's
             # interrupt is set, which the check below obeys, so one send
-            # cannot pile up gigabytes.
-            try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
-                run.charge(appended - charged, "replies and tool outputs")
-            except HostInterrupt:
-                pass  # noted on the run
+            # cannot pile up gigabytes. (run.charge, written out: it is
+            # called only to note the run going over.)
+            run.host_bytes += appended - charged
             charged = appended
-        if isinstance(action, (Done, Failed)):
+            if run.host_bytes > max_host_bytes:
+                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
+                    run.charge(0, "replies and tool outputs")
+                except HostInterrupt:
+                    pass  # noted on the run
+        step = type(action)  # the four are final: no subclass to test for
+        if step is Done or step is Failed:
             break
         reason = stops.run_reason()
         if reason is not None:
             action = loop.interrupt(reason[0], reason[1])
             _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
             break
-        if isinstance(action, CallTool):
+        if type(action) is CallTool:
             call = action.call
             tool = action.tool
             source = tool.source
@@ -159,9 +165,9 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                               output=outcome.output,
                                               error=outcome.error_code, source=kind,
                                               server=tool.origin))
-            loop.on_tool_result(call.id, outcome)
+            action = loop.on_tool_result(call.id, outcome, True)
             continue
-        assert isinstance(action, Complete)
+        assert type(action) is Complete
         observed = bool(events.sinks)
         if observed:
             events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
@@ -200,7 +206,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                         tool_calls=_count_tool_calls(result.body),
                         ttft_ms=tokens.first_ms(asked) if tokens is not None else None,
                         **_routing(backend))
-        loop.on_completion(result)
+        action = loop.on_completion(result, True)
+    assert isinstance(action, (Done, Failed))
     stats = loop.stats
     run.add_usage(stats.usage.as_dict())
     is_error = isinstance(action, Failed)
