@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -279,6 +280,9 @@ def test_metrics_count_the_runs(client: httpx.Client) -> None:
     assert 'spearpy_runs_total{outcome="exited"}' in text
     assert 'spearpy_tool_calls_total{tool="mul"}' in text
     assert "spearpy_serve_runs_active" in text
+    # The service's Host loaded the module at least once, and keeps it.
+    assert re.search(r"\nspearpy_module_cache_misses_total [1-9]", text), text
+    assert re.search(r"\nspearpy_module_cache_entries [1-9]", text), text
 
 
 def test_health_ready_openapi_and_page(client: httpx.Client) -> None:

@@ -54,6 +54,7 @@ class Service:
                                     max_content_bytes=config.max_event_content_bytes)
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
+        self.metrics.watch_module_cache(base.modules)  # the Host every plain request runs on
         self.rejected = Counter("spearpy_serve_runs_rejected",
                                 "Runs refused with 429 (every slot busy)", registry=self.registry)
         self.started = Counter("spearpy_serve_runs_started", "Runs started, by where they ran",
