@@ -59,6 +59,7 @@ class RawServer:
         self.open_now = 0
         self.most_open = 0
         self.tls: ssl.SSLContext | None = None  # set before the first connection
+        self.hold: threading.Event | None = None  # set: each answer is followed by silence
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -100,6 +101,8 @@ class RawServer:
                 buffer = buffer[length:]
                 raw, close = self.respond(number, index)
                 conn.sendall(raw)
+                if self.hold is not None:
+                    self.hold.wait(10)
                 if close:
                     return
         except OSError:
@@ -371,3 +374,22 @@ def test_https_uses_the_trust_httpx_uses(serve: Callable[[Answer], RawServer], t
             assert "CERTIFICATE_VERIFY_FAILED" in message
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("stall", ["no answer", "half a head", "half a body"])
+def test_a_stalled_answer_times_out(serve: Callable[[Answer], RawServer], stall: str) -> None:
+    raw = {"no answer": b"", "half a head": b"HTTP/1.1 200 OK\r\nContent-",
+           "half a body": answer()[:-5]}[stall]
+    server = serve(lambda c, r: (raw, True))
+    release = server.hold = threading.Event()
+    backend = OpenAIBackend(base_url=server.url, api_key_env="", request_timeout=0.2,
+                            retry=RetryPolicy(max_retries=0))
+    try:
+        started = time.monotonic()
+        code, message = _ask(backend)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        backend.close()
+    assert code == "upstream_timeout", message
+    assert 0.15 < took < 2.0

@@ -34,6 +34,7 @@ import re
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 import zlib
@@ -161,17 +162,40 @@ def _speaks(url: httpx.URL) -> bool:
 
 
 class _Connection:
-    __slots__ = ("idle_since", "sock", "timeout")
+    """One keep-alive socket. A plain TCP socket is blocking, with its
+    timeout in the kernel (SO_RCVTIMEO / SO_SNDTIMEO): Python's own socket
+    timeout polls before every send and recv, two system calls and two GIL
+    hand-offs where one does. A timeout then surfaces as BlockingIOError
+    (EAGAIN). TLS keeps Python's timeout (OpenSSL would turn EAGAIN into a
+    want-read error) and costs the extra poll, which a remote API's latency
+    dwarfs."""
+
+    __slots__ = ("idle_since", "kernel_timeouts", "sock", "timeout")
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
-        self.timeout = timeout
+        self.timeout = -1.0
         self.idle_since = 0.0
+        self.kernel_timeouts = not isinstance(sock, ssl.SSLSocket)
+        if self.kernel_timeouts:
+            sock.settimeout(None)
+        self.set_timeout(timeout)
 
     def set_timeout(self, timeout: float) -> None:
-        if timeout != self.timeout:
-            self.sock.settimeout(timeout)
-            self.timeout = timeout
+        if timeout == self.timeout:
+            return
+        self.timeout = timeout
+        if self.kernel_timeouts:
+            # A zero timeval means no timeout at all: never send one.
+            micros = max(1, round(timeout * 1e6))
+            value = struct.pack("@ll", micros // 1_000_000, micros % 1_000_000)
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+                return
+            except OSError:
+                self.kernel_timeouts = False  # Python's timeout, then
+        self.sock.settimeout(timeout)
 
     def usable(self, now: float) -> bool:
         """Not expired, and nothing to read: a closed connection reads as EOF."""
@@ -212,7 +236,7 @@ class _Pool:
             except BaseException:
                 conn.close()
                 raise
-        except TimeoutError as exc:
+        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
             self._slots.release()
             raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
         except OSError as exc:
@@ -253,7 +277,11 @@ class _Pool:
         except OSError as exc:  # ssl.SSLError included
             sock.close()
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
-        return _Connection(sock, timeout)
+        try:
+            return _Connection(sock, timeout)
+        except OSError as exc:
+            sock.close()
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
 
     def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -308,7 +336,7 @@ class _Response:
     def _recv(self) -> bytes:
         try:
             return self._conn.sock.recv(_READ_SIZE)
-        except TimeoutError as exc:
+        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
             raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
         except OSError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
