@@ -88,10 +88,18 @@ class Service:
     def ready(self) -> bool:
         return self._runs is not None and not self._runs.draining
 
-    def json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None
-             ) -> Response:
+    def json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None,
+             *, redacted: tuple[str, ...] = ()) -> Response:
         # The last line of defence: whatever a handler built, no key leaves.
-        return JSONResponse(self.redactor.value(data), status, headers=headers)
+        # `redacted`: top-level fields taken from what this Redactor already
+        # cleaned (a run's stored output and transcripts, the largest part of
+        # a finished run's view), passed through instead of scanned twice.
+        if not redacted or type(data) is not dict:
+            return JSONResponse(self.redactor.value(data), status, headers=headers)
+        scrubbed = self.redactor.value({key: value for key, value in data.items()
+                                        if key not in redacted})
+        body = {key: data[key] if key in redacted else scrubbed[key] for key in data}
+        return JSONResponse(body, status, headers=headers)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -20,7 +20,13 @@ from spearpy.serve.fanout import follow, sse_message
 from spearpy.serve.openapi import OPENAPI
 from spearpy.serve.problems import Problem
 from spearpy.serve.runs import RunNotRecorded
-from spearpy.serve.schema import check_limits, check_overrides, parse_request, run_view
+from spearpy.serve.schema import (
+    RESULT_FIELDS,
+    check_limits,
+    check_overrides,
+    parse_request,
+    run_view,
+)
 from spearpy.serve.store import EventRow
 from spearpy.serve.streams import stream_routes
 
@@ -83,7 +89,7 @@ async def create_run(request: Request) -> Response:
             live.inserted.result()  # done before the end was: raises if the record failed
     row = live.row  # what the store has committed by now (done: the finished record)
     view = run_view(row, full=run.wait, cancel_requested=live.cancel.is_set())
-    return service.json(view, 201, {"Location": view["urls"]["self"]})
+    return service.json(view, 201, {"Location": view["urls"]["self"]}, redacted=RESULT_FIELDS)
 
 
 def _load(service: Service, run: RunRequest) -> Loaded:
@@ -118,7 +124,8 @@ async def get_run(request: Request) -> Response:
     row = await _run_row(service, run_id)
     live = service.runs.live.get(run_id)
     return service.json(run_view(row, full=True,
-                                 cancel_requested=live is not None and live.cancel.is_set()))
+                                 cancel_requested=live is not None and live.cancel.is_set()),
+                        redacted=RESULT_FIELDS)
 
 
 async def cancel_run(request: Request) -> Response:

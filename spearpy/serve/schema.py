@@ -102,6 +102,12 @@ def check_overrides(request: RunRequest, models: tuple[str, ...],
                           field=field)
 
 
+# The fields of a full view read from the stored result, which the service's
+# Redactor cleaned before storing it (RunManager._final): Service.json passes
+# them through instead of scanning them again.
+RESULT_FIELDS = ("stdout", "stderr", "transcripts")
+
+
 def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
              ) -> dict[str, Any]:
     """A run as the API shows it: the request (env names only, stdin's size
