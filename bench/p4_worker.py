@@ -1,7 +1,8 @@
 """One P4 measurement in a fresh process: N guests (or N bare httpx clients)
 on N threads, each making SENDS requests; prints a JSON line with the wall
 time, its start and end (perf_counter: CLOCK_MONOTONIC, the same clock in
-every process) and the peak RSS the run added.
+every process), the process CPU time over it (all threads: cpu_s / (N x
+SENDS) is the noise-robust cost of a send) and the peak RSS the run added.
 `python -m bench.p4_worker N SENDS URL [--bare] [--wait]`: with --wait it
 prints "ready" once warmed up and starts when a line arrives on stdin, so
 several workers start together."""
