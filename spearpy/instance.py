@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,6 +103,34 @@ def _scratch_root() -> str | None:
 def _tmpfs() -> str | None:
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+# What runs put in their scratch directory (stdin's file, the capture FIFOs).
+_SCRATCH_FILES = ("stdin", "stdout", "stderr")
+
+
+@contextlib.contextmanager
+def _scratch_dir(run_id: str) -> Iterator[Path]:
+    """A private directory for one run, named after it (the id is random) and
+    removed by unlinking what runs put there: `TemporaryDirectory` spent
+    ~90 us of a ~700 us run start on a random name and `shutil.rmtree`.
+    Anything unexpected inside still goes, through rmtree."""
+    root = _scratch_root() or tempfile.gettempdir()
+    path = os.path.join(root, f"spearpy-{run_id}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        path = tempfile.mkdtemp(prefix="spearpy-", dir=root)
+    try:
+        yield Path(path)
+    finally:
+        for name in _SCRATCH_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(path, name))
+        try:
+            os.rmdir(path)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
@@ -307,9 +337,9 @@ class GuestRun:
 
     def execute(self) -> RunResult:
         """Instantiate, call the entry export, and report how the run ended."""
-        with tempfile.TemporaryDirectory(prefix="spearpy-", dir=_scratch_root()) as scratch:
+        with _scratch_dir(self.run_id) as scratch:
             try:
-                outcome, message, exit_code = self._enter(Path(scratch))
+                outcome, message, exit_code = self._enter(scratch)
             finally:
                 self._collect_output()
         return self._finish(outcome, message, exit_code)
