@@ -6,10 +6,12 @@ answers, and a pool smaller than the number of threads posting."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gzip
 import ipaddress
 import json
+import os
 import socket
 import ssl
 import threading
@@ -393,3 +395,53 @@ def test_a_stalled_answer_times_out(serve: Callable[[Answer], RawServer], stall:
         backend.close()
     assert code == "upstream_timeout", message
     assert 0.15 < took < 2.0
+
+
+def test_an_answer_sent_before_the_body_was_read_is_the_answer() -> None:
+    # A server refusing a large body answers after its head and closes: the
+    # client's write breaks, and the 413 is still what the backend reports.
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def refuse() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\n"
+                         b"Content-Length: 38\r\n\r\n"
+                         b'{"error":{"message":"body too large"}}')
+            conn.shutdown(socket.SHUT_WR)
+            conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    backend = OpenAIBackend(base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
+                            api_key_env="", request_timeout=10.0,
+                            retry=RetryPolicy(max_retries=0))
+    try:
+        result = backend.complete(CompletionRequest(
+            model="m", messages=[{"role": "user", "content": "x" * (16 << 20)}]))
+    finally:
+        backend.close()
+        listener.close()
+    assert result.error is not None
+    assert (result.error.code, result.error.status) == ("upstream_http_error", 413)
+    assert "body too large" in result.error.message
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_opens_its_own_connections(serve: Callable[[Answer], RawServer]) -> None:
+    server = serve(lambda c, r: (answer(), False))
+    backend = _backend(server)
+    try:
+        assert _ask(backend) == (None, "hello ü")  # a connection now idles in the pool
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child's exit status is the assertion)
+            ok = _ask(backend) == (None, "hello ü")
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _ask(backend) == (None, "hello ü")  # the parent's connection is intact
+    finally:
+        backend.close()
+    assert server.connections == 2  # the parent's, reused, and the child's own

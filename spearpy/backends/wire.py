@@ -30,6 +30,7 @@ not speak (credentials in it, a scheme other than http and https).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
 import socket
@@ -37,6 +38,7 @@ import ssl
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
@@ -221,29 +223,47 @@ class _Pool:
         self._https = url.scheme == "https"
         self._host = url.raw_host.decode("ascii")
         self._port = url.port or (443 if self._https else 80)
+        self._limit = limit
         self._slots = threading.BoundedSemaphore(limit)
         self._idle: list[_Connection] = []
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
+        _POOLS.add(self)
+
+    def forget(self) -> None:
+        """In a forked child: the connections are the parent's (two processes
+        writing requests on one socket would mix them up), and so are the
+        slots that the parent's other threads held."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()  # the child's copy of the descriptor only
+        self._slots = threading.BoundedSemaphore(self._limit)
 
     def post(self, head: bytes, payload: bytes, timeout: float) -> _Response:
         if not self._slots.acquire(timeout=timeout):
             raise httpx.PoolTimeout("no connection of the pool came free in time")
         try:
             conn = self._connection(timeout)
-            try:
-                conn.sock.sendall(head + payload)  # one buffer: one syscall, one GIL hand-off
-            except BaseException:
-                conn.close()
-                raise
-        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
-            self._slots.release()
-            raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
-        except OSError as exc:
-            self._slots.release()
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
         except BaseException:
             self._slots.release()
+            raise
+        try:
+            conn.sock.sendall(head + payload)  # one buffer: one syscall, one GIL hand-off
+        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
+            self.release(conn, reusable=False)
+            raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
+        except OSError as exc:
+            # A server may answer and close before reading the whole body (a
+            # 413): its answer says more than the broken pipe, and httpcore
+            # read it too. The response gives the slot back either way.
+            try:
+                response = _Response(self, conn)
+            except httpx.HTTPError:
+                raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+            response.keep_alive = False
+            return response
+        except BaseException:
+            self.release(conn, reusable=False)
             raise
         return _Response(self, conn)  # from here on, its close() gives the slot back
 
@@ -306,6 +326,18 @@ class _Pool:
             conn.close()
 
 
+_POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for pool in list(_POOLS):
+        pool.forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class _Response:
     """One answer read off a pooled connection: the head at once, the body as
     `iter_bytes` pulls it. `close` hands the connection back when the whole
@@ -316,7 +348,7 @@ class _Response:
         self._conn = conn
         self._buffer = bytearray()
         self._done = False  # the whole body read
-        self._keep = True
+        self.keep_alive = True
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._headers: httpx.Headers | None = None
         try:
@@ -372,7 +404,7 @@ class _Response:
                 or rest[3:4] not in (b"", b" ")):
             raise httpx.RemoteProtocolError(f"malformed status line {line[:80]!r}")
         if version != b"HTTP/1.1":
-            self._keep = False  # HTTP/1.0 closes unless told otherwise: never risk it
+            self.keep_alive = False  # HTTP/1.0 closes unless told otherwise: never risk it
         return int(code)
 
     def _parse_headers(self, lines: list[bytes], status: int) -> None:
@@ -397,7 +429,7 @@ class _Response:
                 chunked = True
             elif lowered == b"connection":
                 if b"close" in value.lower():
-                    self._keep = False
+                    self.keep_alive = False
             elif lowered == b"content-encoding":
                 encoding = value.lower()
         self._decoder = _decoder(encoding)
@@ -408,7 +440,7 @@ class _Response:
         elif length is not None:
             self._body = self._sized(length)
         else:
-            self._keep = False  # the body ends when the server closes
+            self.keep_alive = False  # the body ends when the server closes
             self._body = self._until_close()
 
     def _sized(self, length: int) -> Iterator[bytes]:
@@ -484,7 +516,7 @@ class _Response:
     def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.release(self._conn, self._done and self._keep and not self._buffer)
+            pool.release(self._conn, self._done and self.keep_alive and not self._buffer)
 
 
 def _decoder(encoding: bytes) -> _Inflate | None:
