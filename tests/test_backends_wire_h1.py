@@ -445,3 +445,25 @@ def test_a_forked_child_opens_its_own_connections(serve: Callable[[Answer], RawS
     finally:
         backend.close()
     assert server.connections == 2  # the parent's, reused, and the child's own
+
+
+def test_connections_past_descriptor_1023_are_reused(serve: Callable[[Answer], RawServer]) -> None:
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard if hard != resource.RLIM_INFINITY else 1 << 20) < 1200:
+        pytest.skip("fewer than 1200 descriptors allowed")
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    server = serve(lambda c, r: (answer(), False))
+    filler = [os.dup(0) for _ in range(1100)]  # the connection's descriptor lands past 1023
+    backend = _backend(server)
+    try:
+        assert _ask(backend) == (None, "hello ü")
+        assert _ask(backend) == (None, "hello ü")
+    finally:
+        backend.close()
+        for fd in filler:
+            os.close(fd)
+        if soft < 1200:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert server.connections == 1

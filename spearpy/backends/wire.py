@@ -206,14 +206,23 @@ class _Connection:
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return False  # bytes nobody asked for
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            return not _readable(self.sock)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _readable(sock: socket.socket) -> bool:
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([sock], [], [], 0)[0])
+    # poll, not select: select refuses descriptors past 1023, which a busy
+    # server process reaches.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Pool:
