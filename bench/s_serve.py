@@ -10,7 +10,9 @@
     Host and service batches alternate, so both see the same machine; both
     capture the guest's output (the service answers with it). A row for
     each executor: auto (the CLI's default, which the target is on),
-    threads and processes.
+    threads and processes; and, for information, auto with the runs'
+    completion coming from a model that takes 20 ms (bench.latency_server
+    in a process of its own, both sides).
 (b) event delivery lag: for a run whose completions arrive 100 ms apart, the
     time from an event's own timestamp to its arrival at an SSE subscriber.
 
@@ -35,6 +37,7 @@ from typing import Any
 import httpx
 
 from bench.stats import Row, Series, Target, percentile
+from bench.upstream import ServerProcess
 from spearpy.config import HostConfig
 from spearpy.host import Host
 from spearpy.serve.app import create_app
@@ -147,7 +150,7 @@ def _served_vs_host(tmp: Path, modules: Path, host_config: HostConfig, count: in
     served: list[float] = []
     direct: list[float] = []
     walls: dict[str, float] = {"serve": 0.0, "host": 0.0}
-    config = ServeConfig(modules_dir=modules, state_dir=tmp / f"state-{executor}",
+    config = ServeConfig(modules_dir=modules, state_dir=Path(tempfile.mkdtemp(dir=tmp)),
                          host=host_config, max_concurrent=count, executor=executor)
     with Host(host_config) as host, \
             BackgroundServer(create_app(config), grace=1.0) as server:
@@ -182,17 +185,20 @@ def _workers_ready(server: BackgroundServer) -> None:
             time.sleep(0.05)
 
 
-def _row(executor: str, count: int, result: dict[str, Any]) -> Row:
+def _row(executor: str, count: int, result: dict[str, Any], model_ms: int = 0) -> Row:
     served, direct, ratios = result["served"], result["direct"], result["ratios"]
     p99 = round(percentile(served, 99) * 1e3, 1), round(percentile(direct, 99) * 1e3, 1)
     rate = result["rate"]
     default = executor == "auto"
-    return Row("SV.runs_p50" + ("" if default else f"_{executor}"), "SV",
-               f"{count} concurrent short runs through spearpy serve --executor {executor}"
-               f"{' (the default)' if default else ''} (POST /v1/runs wait=true, real "
-               "uvicorn, client in its own process)",
+    model = (f"a {model_ms} ms model in its own process" if model_ms
+             else "the scripted model answering at once")
+    suffix = ("" if default else f"_{executor}") + (f"_model{model_ms}ms" if model_ms else "")
+    return Row("SV.runs_p50" + suffix, "SV",
+               f"{count} concurrent short runs ({model}) through spearpy serve --executor "
+               f"{executor}{' (the default)' if default else ''} (POST /v1/runs wait=true, "
+               "real uvicorn, client in its own process)",
                f"the same {count} runs on threads of one Host", "ms", Series(served),
-               Series(direct), Target("<=", 1.3) if default else None,
+               Series(direct), Target("<=", 1.3) if default and not model_ms else None,
                note=f"p99 {p99[0]} ms vs {p99[1]} ms; {rate['serve']:.0f} vs "
                     f"{rate['host']:.0f} runs/s; p50 ratio per interleaved repeat "
                     f"{min(ratios):.2f}..{max(ratios):.2f}",
@@ -213,6 +219,14 @@ def run(quick: bool) -> list[Row]:
         for executor in EXECUTORS:
             result = _served_vs_host(tmp, modules, host_config, count, repeats, executor)
             rows.append(_row(executor, count, result))
+        # What a user sees: the same short runs against a model that takes
+        # MODEL_MS to answer (bench.latency_server, as P4's).
+        server_argv = [sys.executable, "-m", "bench.latency_server", str(MODEL_MS)]
+        with ServerProcess(None, server_argv) as model:
+            slow = HostConfig(base_url=model.base_url, model="bench", cache_dir=None,
+                              max_retries=0)
+            result = _served_vs_host(tmp, modules, slow, count, repeats, "auto")
+            rows.append(_row("auto", count, result, MODEL_MS))
         paced = tmp / "paced.json"
         paced.write_text(json.dumps({"default": {"content": "slow " * 20,
                                                  "delay_ms": 100}}))
@@ -231,6 +245,7 @@ def run(quick: bool) -> list[Row]:
 
 
 EXECUTORS = ("auto", "threads", "processes")
+MODEL_MS = 20
 
 if __name__ == "__main__" and sys.argv[1:2] == ["client"]:
     asyncio.run(_client_batches(sys.argv[2], int(sys.argv[3])))
