@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -73,8 +74,14 @@ class Tool:
         import referencing.exceptions
         from jsonschema.exceptions import best_match
 
+        from spearpy.chat.patterns import PATTERN_BUDGET_S, PatternTimeout, pattern_budget
+
         try:
-            error = best_match(self.validator.iter_errors(cast(Any, arguments)))
+            with pattern_budget():
+                error = best_match(self.validator.iter_errors(cast(Any, arguments)))
+        except PatternTimeout as exc:
+            return _clip(f"checking the arguments against the schema's pattern {exc.pattern!r} "
+                         f"took longer than {PATTERN_BUDGET_S:g} s; the call was not made")
         except referencing.exceptions.Unresolvable as exc:
             return _clip(f"the tool schema has an unresolvable $ref: {exc.ref}")
         except RecursionError:
@@ -179,7 +186,11 @@ def _schema_problem(parameters: JSONDict) -> str | None:
     except RecursionError:
         return "is nested too deeply"
     problem = in_place_ref_problem(parameters)
-    return None if problem is None else f"loops: {problem}"
+    if problem is not None:
+        return f"loops: {problem}"
+    from spearpy.chat.patterns import unbounded_pattern_use
+
+    return unbounded_pattern_use(parameters)
 
 
 def _parameters(spec: JSONDict) -> JSONDict | None:
@@ -199,8 +210,25 @@ def _build_validator(spec: JSONDict) -> Validator | None:
         return None
     import jsonschema.validators
 
-    cls = jsonschema.validators.validator_for(parameters)
+    cls = _bounded_patterns(jsonschema.validators.validator_for(parameters))
     return cls(parameters, registry=_no_remote_refs())
+
+
+@functools.cache
+def _bounded_patterns(cls: type[Validator]) -> type[Validator]:
+    """The draft's validator with its regular expressions run by
+    chat/patterns.py (GIL released, time-bounded) instead of `re`."""
+    import jsonschema.validators
+
+    from spearpy.chat import patterns
+
+    keywords = {"pattern": patterns.pattern,
+                "patternProperties": patterns.pattern_properties}
+    base = cls.VALIDATORS.get("additionalProperties")
+    if base is not None:
+        keywords["additionalProperties"] = patterns.additional_properties(base)
+    extend = cast("Callable[..., type[Validator]]", jsonschema.validators.extend)
+    return extend(cls, keywords)
 
 
 class ToolRegistry:
