@@ -121,6 +121,17 @@ def test_a_schema_jsonschema_would_match_with_re_is_refused() -> None:
     assert schema_problem({"type": "object", "unevaluatedProperties": False}) is None
 
 
+@pytest.mark.parametrize("where", ["pattern", "patternProperties"])
+def test_a_pattern_too_long_to_compile_quickly_is_refused(where: str) -> None:
+    long = "(?:ab|cd)" * 500  # 4500 characters
+    node: dict[str, Any] = ({"type": "string", "pattern": long} if where == "pattern"
+                            else {"type": "object", "patternProperties": {long: {}}})
+    problem = schema_problem({"type": "object", "properties": {"x": node}})
+    assert problem is not None and "4500 characters" in problem
+    node_ok = {"type": "string", "pattern": "(?:ab|cd)" * 400}
+    assert schema_problem({"type": "object", "properties": {"x": node_ok}}) is None
+
+
 def completion(arguments: str | None, content: str | None = None) -> str:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if arguments is not None:

@@ -27,6 +27,9 @@ from jsonschema.exceptions import ValidationError
 # The whole validation of one call's arguments: ample for any pattern that
 # does not backtrack catastrophically (those take microseconds).
 PATTERN_BUDGET_S = 0.25
+# Longer patterns are refused at registration: compiling one of 64 KiB takes
+# the engine ~0.6 s; one of 4 KiB (several times any real one), ~30 ms.
+MAX_PATTERN_CHARS = 4096
 
 
 class PatternTimeout(Exception):
@@ -143,9 +146,11 @@ def additional_properties(base: Any) -> Any:
     return keyword
 
 
-def unbounded_pattern_use(schema: Any) -> str | None:
-    """Why jsonschema would run this schema's patterns itself (None if it
-    never would): `unevaluatedProperties` evaluates `patternProperties` with `re`."""
+def pattern_problem(schema: Any) -> str | None:
+    """Why this schema's patterns cannot run within their bounds (None if
+    they can): `unevaluatedProperties` would make jsonschema match
+    `patternProperties` with `re` itself, and a very long pattern takes the
+    engine's parser (Python, holding the GIL) most of a second to compile."""
     found: set[str] = set()
     stack = [schema]
     while stack:
@@ -153,6 +158,14 @@ def unbounded_pattern_use(schema: Any) -> str | None:
         if isinstance(node, dict):
             found.update(key for key in ("patternProperties", "unevaluatedProperties")
                          if key in node)
+            texts = list(node["patternProperties"]) if isinstance(
+                node.get("patternProperties"), dict) else []
+            if isinstance(node.get("pattern"), str):
+                texts.append(node["pattern"])
+            for text in texts:
+                if len(text) > MAX_PATTERN_CHARS:
+                    return (f"has a pattern of {len(text)} characters (at most "
+                            f"{MAX_PATTERN_CHARS})")
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

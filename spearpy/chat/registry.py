@@ -188,9 +188,9 @@ def _schema_problem(parameters: JSONDict) -> str | None:
     problem = in_place_ref_problem(parameters)
     if problem is not None:
         return f"loops: {problem}"
-    from spearpy.chat.patterns import unbounded_pattern_use
+    from spearpy.chat.patterns import pattern_problem
 
-    return unbounded_pattern_use(parameters)
+    return pattern_problem(parameters)
 
 
 def _parameters(spec: JSONDict) -> JSONDict | None:
