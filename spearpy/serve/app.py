@@ -142,8 +142,7 @@ def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
     if config.executor in ("processes", "auto"):
         from spearpy.serve.procs import ProcessRuns
 
-        processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers,
-                                config.worker_nice)
+        processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers)
         if config.executor == "processes":
             return processes
         from spearpy.serve.auto import AutoRuns

@@ -36,9 +36,6 @@ from spearpy.serve.config import (
               "streams or the microphone (docs/serve.md) [auto]")
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="worker processes (or Ray actors) [CPUs, at most --max-concurrent]")
-@click.option("--worker-nice", type=click.IntRange(0, 19), default=10, show_default=True,
-              help="CPU priority worker processes give up (nice), so the API and event "
-                   "streams stay quick while guests use every core")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="run each run on this Ray cluster ('auto', 'local', or host:port); "
                    "needs spearpy[ray]")
@@ -56,7 +53,7 @@ from spearpy.serve.config import (
 @host_options
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
           max_concurrent: int, executor: str | None, workers: int | None,
-          worker_nice: int, ray_address: str | None,
+          ray_address: str | None,
           grace: float, max_body_bytes: int,
           allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
           no_event_content: bool, access_log: bool, **options: Any) -> None:
@@ -77,7 +74,7 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
                              state_dir=state_dir or default_state_dir(),
                              max_concurrent=max_concurrent, grace=grace,
                              executor="ray" if ray_address else executor or "auto",
-                             workers=workers, worker_nice=worker_nice,
+                             workers=workers,
                              ray_address=ray_address,
                              max_body_bytes=max_body_bytes, allow_models=allow_models,
                              allow_backends=allow_backends, event_content=not no_event_content)

@@ -49,9 +49,6 @@ class ServeConfig:
     # that exist only in this process; `spearpy serve` defaults to auto.
     executor: str = "threads"
     workers: int | None = None  # worker processes / Ray actors; None = by CPUs
-    # How much CPU priority worker processes give up (nice): guests filling
-    # every core must not slow the API and the event streams.
-    worker_nice: int = 10
     ray_address: str | None = None  # with executor="ray": "auto", "local", host:port
 
     def __post_init__(self) -> None:
@@ -68,8 +65,6 @@ class ServeConfig:
             raise ValueError("the ray executor needs a cluster address (--ray ADDRESS)")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be at least 1")
-        if not 0 <= self.worker_nice <= 19:
-            raise ValueError("worker_nice must be from 0 to 19")
         if self.token is not None and len(self.token) < 16:
             # A short token is guessable and, below the Redactor's minimum
             # secret length, would not be scrubbed from what the service returns.

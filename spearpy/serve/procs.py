@@ -61,10 +61,10 @@ class ProcessRuns:
     streams = False  # a user stream's hub would live in the worker, out of the routes' reach
 
     def __init__(self, config: HostConfig, max_concurrent: int,
-                 workers: int | None = None, nice: int = 0) -> None:
+                 workers: int | None = None) -> None:
         self.workers = workers or max(1, min(os.cpu_count() or 1, max_concurrent))
         self.threads = -(-max_concurrent // self.workers)
-        self._spec = pickle.dumps((config.model_dump(), self.threads, nice))
+        self._spec = pickle.dumps((config.model_dump(), self.threads))
         self._spec_file: Any = None
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []

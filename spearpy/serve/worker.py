@@ -112,12 +112,7 @@ def main(argv: list[str]) -> None:
     # Ctrl-C reaches the whole process group; the service decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     config_fd, task_fd, result_fd = argv
-    config, threads, nice = pickle.loads(read_spec(int(config_fd)))
-    if nice:
-        # Guests yield the CPU to the service: with every core busy, its event
-        # loop still reads requests and answers at once.
-        with contextlib.suppress(OSError):
-            os.nice(nice)
+    config, threads = pickle.loads(read_spec(int(config_fd)))
     serve(config, threads, Connection(int(task_fd), writable=False),
           Connection(int(result_fd), readable=False))
 
