@@ -220,13 +220,12 @@ def _bounded_patterns(cls: type[Validator]) -> type[Validator]:
     chat/patterns.py (GIL released, time-bounded) instead of `re`."""
     import jsonschema.validators
 
-    from spearpy.chat import patterns
+    from spearpy.chat.patterns import additional_properties, pattern, pattern_properties
 
-    keywords = {"pattern": patterns.pattern,
-                "patternProperties": patterns.pattern_properties}
+    keywords = {"pattern": pattern, "patternProperties": pattern_properties}
     base = cls.VALIDATORS.get("additionalProperties")
     if base is not None:
-        keywords["additionalProperties"] = patterns.additional_properties(base)
+        keywords["additionalProperties"] = additional_properties(base)
     extend = cast("Callable[..., type[Validator]]", jsonschema.validators.extend)
     return extend(cls, keywords)
 
