@@ -258,6 +258,20 @@ def test_broken_answers_are_protocol_errors(serve: Callable[[Answer], RawServer]
         backend.close()
 
 
+def test_trailers_without_end_are_a_protocol_error(
+        serve: Callable[[Answer], RawServer]) -> None:
+    # The connection stays open: without a bound the client would read
+    # trailer lines until the server stopped sending or the deadline came.
+    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
+           + b"X-T: 12345678\r\n" * 20_000)
+    backend = _backend(serve(lambda c, r: (raw, False)))
+    try:
+        code, message = _ask(backend)
+        assert code == "upstream_protocol_error" and "trailers" in message
+    finally:
+        backend.close()
+
+
 def test_nothing_listening_is_unreachable() -> None:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]

@@ -505,8 +505,13 @@ class _Response:
             if size < 0 or size_text[:1] in (b"-", b"+"):
                 raise httpx.RemoteProtocolError("invalid chunk size")
             if size == 0:
-                while self._line():  # trailers, up to the empty line
-                    pass
+                trailers = 0
+                while line := self._line():  # trailers, up to the empty line
+                    # Bounded like a head: a server dripping trailer lines
+                    # forever would otherwise hold the run past every cap.
+                    trailers += len(line) + 2
+                    if trailers > _MAX_HEAD:
+                        raise httpx.RemoteProtocolError("the trailers are too large")
                 return
             yield from self._sized(size)
             if self._line():
