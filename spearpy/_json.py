@@ -22,6 +22,16 @@ MAX_JSON_DEPTH = 64
 arguments in practice stay under ten; jsonschema validates 64 levels with a
 wide margin to the recursion limit."""
 
+MAX_JSON_CONTAINERS = 250_000
+"""Most arrays and objects accepted in one document. A 32 MiB upstream answer
+of `[{},{},...]` parsed into 11 million dicts: ~870 MB and 2.4 s holding the
+GIL, per run. Honest documents (a completion, tool arguments, a schema) hold
+hundreds; 250 000 empty dicts are ~18 MB."""
+
+class StructureError(json.JSONDecodeError):
+    """Refused before parsing: nested too deep, or too many arrays and objects."""
+
+
 _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 # Openers to +1 and closers to -1 as signed bytes: the running sum is the depth.
@@ -40,8 +50,9 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
         # Python calls and two whitespace matches around that same scanner;
         # it still decides (and words the error of) anything but a document
         # that starts at its first character and fills the text.
-        if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and _too_deep(raw):
-            raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", raw, 0)
+        if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and (
+                problem := _structure_problem(raw)):
+            raise StructureError(problem, raw, 0)
         try:
             value, end = (_SCAN if allow_nan else _STRICT_SCAN)(raw, 0)
         except StopIteration:
@@ -51,9 +62,10 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
         if "\\u" in raw and _may_hold_surrogates(raw):
             value = _replace_lone_surrogates(value)
         return value
-    if _too_deep(raw):
+    problem = _structure_problem(raw)
+    if problem is not None:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, 0)
+        raise StructureError(problem, text, 0)
     if allow_nan:
         value = json.loads(raw)
     else:
@@ -84,19 +96,25 @@ def _replace_lone_surrogates(value: Any) -> Any:
     return value
 
 
-def _too_deep(raw: str | bytes) -> bool:
+def _structure_problem(raw: str | bytes) -> str | None:
+    """Why the document must not be parsed: nested too deep, or too many
+    arrays and objects. None for the common document."""
     if isinstance(raw, str):
         if raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH:
-            return False  # the common case: cannot be too deep
+            return None  # the common case: cannot be too deep or too many
         data = raw.encode("utf-8", "surrogatepass")
     else:
         if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
-            return False
+            return None
         data = raw
     # The depth at C speed (strings out, brackets to +-1, running maximum):
     # a token loop in Python cost twice json.loads on a bracket-heavy body.
     signs = _STRINGS.sub(b"", data).translate(_SIGNS, _NOT_BRACKETS)
-    return max(accumulate(memoryview(signs).cast("b")), default=0) > MAX_JSON_DEPTH
+    if max(accumulate(memoryview(signs).cast("b")), default=0) > MAX_JSON_DEPTH:
+        return f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if signs.count(1) > MAX_JSON_CONTAINERS:
+        return f"more than {MAX_JSON_CONTAINERS} arrays and objects"
+    return None
 
 
 # What json.dumps(value, separators=(",", ":"), ensure_ascii=False) builds on

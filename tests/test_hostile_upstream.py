@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 
 from spearpy import abi
+from spearpy.backends.base import CompletionRequest
+from spearpy.backends.openai import OpenAIBackend
+from spearpy.backends.retry import RetryPolicy
 from spearpy.fds import ChatSessionFd
+from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 
 # A hostcall that hits a host bug answers EIO and logs; here it fails the test.
@@ -303,3 +307,19 @@ def test_a_failed_send_leaves_a_session_the_next_send_can_use(guest: Any) -> Non
     assert again["choices"][0]["message"]["content"] == "second time lucky"
     # The retried request replays a valid conversation.
     assert_valid_transcript(p.server.requests[-1].body["messages"])
+
+
+def test_a_reply_of_millions_of_objects_is_refused_not_built() -> None:
+    """32 MiB of `[{},{},...]` parsed into ~870 MB of dicts per run; it is
+    now an upstream_bad_json error, with the host's memory untouched."""
+    bomb = '{"choices":[' + "{}," * (10 << 20) + "{}]}"
+    with ScriptedServer({"default": {"body_text": bomb}}) as server:
+        backend = OpenAIBackend(base_url=server.base_url, api_key_env="",
+                                retry=RetryPolicy(max_retries=0))
+        try:
+            result = backend.complete(CompletionRequest(
+                model="m", messages=[{"role": "user", "content": "hi"}]))
+        finally:
+            backend.close()
+    assert result.error is not None and result.error.code == "upstream_bad_json"
+    assert "more than 250000 arrays and objects, not parsed" in result.error.message

@@ -73,3 +73,15 @@ def test_refuses_exactly_what_is_too_deep(outer: int, inner: int, noise: str) ->
                 _json.loads(raw)
         else:
             assert _json.loads(raw) == json.loads(text)
+
+
+@pytest.mark.parametrize("kind", [bytes, str])
+def test_too_many_containers_is_refused_before_parsing(kind: type) -> None:
+    bomb = "[" + "{}," * _json.MAX_JSON_CONTAINERS + "{}]"
+    with pytest.raises(json.JSONDecodeError, match="more than 250000 arrays and objects"):
+        _json.loads(bomb.encode() if kind is bytes else bomb)
+    # At the limit it parses, and brackets inside strings do not count.
+    assert len(_json.loads("[" + "{}," * (_json.MAX_JSON_CONTAINERS - 2) + "{}]")) == \
+        _json.MAX_JSON_CONTAINERS - 1
+    assert _json.loads(json.dumps(["{[" * _json.MAX_JSON_CONTAINERS])) == \
+        ["{[" * _json.MAX_JSON_CONTAINERS]

@@ -321,9 +321,12 @@ class HTTPBackend(abc.ABC):
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes, streamed: JSONDict | None = None) -> _Attempt:
         body: Any = streamed
+        refused = ""
         if streamed is None:
             try:
                 body = _json.loads(raw)
+            except _json.StructureError as exc:
+                body, refused = None, f": {exc.msg}, not parsed"
             except (UnicodeDecodeError, json.JSONDecodeError):
                 body = None
         if self._scrubber and (streamed is not None or b"\\\\" in raw or b"\\u" in raw):
@@ -341,7 +344,7 @@ class HTTPBackend(abc.ABC):
         if not isinstance(body, dict):
             return self._fail(request, "upstream_bad_json",
                               "upstream answered 200 with a body that is not a JSON object "
-                              f"({len(raw)} bytes)", status)
+                              f"({len(raw)} bytes{refused})", status)
         try:
             completion = self.quirks.adapt(self.decode(request, body))
         except DecodeError as exc:
