@@ -38,8 +38,11 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SIGNS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")
 
 
-def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
-    """`json.loads` that refuses nesting deeper than MAX_JSON_DEPTH.
+def loads(raw: str | bytes, *, allow_nan: bool = True,
+          max_containers: int | None = MAX_JSON_CONTAINERS) -> Any:
+    """`json.loads` that refuses nesting deeper than MAX_JSON_DEPTH, and
+    more than `max_containers` arrays and objects (None: any number, for a
+    file the user chose, such as a cassette).
 
     allow_nan=False also refuses NaN and ±Infinity, which are not JSON and
     which strict servers reject when the value is sent on.
@@ -51,7 +54,7 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
         # it still decides (and words the error of) anything but a document
         # that starts at its first character and fills the text.
         if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and (
-                problem := _structure_problem(raw)):
+                problem := _structure_problem(raw, max_containers)):
             raise StructureError(problem, raw, 0)
         try:
             value, end = (_SCAN if allow_nan else _STRICT_SCAN)(raw, 0)
@@ -62,7 +65,7 @@ def loads(raw: str | bytes, *, allow_nan: bool = True) -> Any:
         if "\\u" in raw and _may_hold_surrogates(raw):
             value = _replace_lone_surrogates(value)
         return value
-    problem = _structure_problem(raw)
+    problem = _structure_problem(raw, max_containers)
     if problem is not None:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         raise StructureError(problem, text, 0)
@@ -96,7 +99,7 @@ def _replace_lone_surrogates(value: Any) -> Any:
     return value
 
 
-def _structure_problem(raw: str | bytes) -> str | None:
+def _structure_problem(raw: str | bytes, max_containers: int | None) -> str | None:
     """Why the document must not be parsed: nested too deep, or too many
     arrays and objects. None for the common document."""
     if isinstance(raw, str):
@@ -112,8 +115,8 @@ def _structure_problem(raw: str | bytes) -> str | None:
     signs = _STRINGS.sub(b"", data).translate(_SIGNS, _NOT_BRACKETS)
     if max(accumulate(memoryview(signs).cast("b")), default=0) > MAX_JSON_DEPTH:
         return f"nested deeper than {MAX_JSON_DEPTH} levels"
-    if signs.count(1) > MAX_JSON_CONTAINERS:
-        return f"more than {MAX_JSON_CONTAINERS} arrays and objects"
+    if max_containers is not None and signs.count(1) > max_containers:
+        return f"more than {max_containers} arrays and objects"
     return None
 
 

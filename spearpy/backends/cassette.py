@@ -122,7 +122,8 @@ def dumps(cassette: dict[str, Any]) -> str:
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        data = _json.loads(Path(path).read_text(encoding="utf-8"))
+        # The user's own file: a long recorded session may hold any number.
+        data = _json.loads(Path(path).read_text(encoding="utf-8"), max_containers=None)
     except OSError as exc:
         raise ConfigError(f"cannot read the cassette {str(path)!r}: {exc.strerror}") from exc
     except ValueError as exc:
