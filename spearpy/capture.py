@@ -73,12 +73,16 @@ class _Drainer:
             for fd, _mask in epoll.poll():
                 with self._lock:
                     owner = self._owners.get(fd)
-                    if owner is not None and not owner.read_available(fd):
+                    # A few reads per wake-up: the lock is every run's, and a
+                    # guest printing as fast as it can must not keep it (the
+                    # descriptor stays ready and comes round again).
+                    if owner is not None and not owner.read_available(fd, _CHUNKS_PER_WAKE):
                         del self._owners[fd]  # the writer closed its end
                         with contextlib.suppress(OSError):
                             epoll.unregister(fd)
 
 
+_CHUNKS_PER_WAKE = 16  # 1 MiB
 _DRAINER = _Drainer() if hasattr(select, "epoll") else None
 
 
@@ -105,10 +109,13 @@ class StreamCapture:
     def paths(self) -> dict[str, Path]:
         return dict(self._paths)
 
-    def read_available(self, fd: int) -> bool:
-        """Read what is there; False once the writer has closed its end."""
+    def read_available(self, fd: int, chunks: int | None = None) -> bool:
+        """Read what is there (at most `chunks` reads); False once the writer
+        has closed its end."""
         capture = self._captures[self._fds[fd]]
-        while True:
+        reads = 0
+        while chunks is None or reads < chunks:
+            reads += 1
             try:
                 chunk = os.read(fd, _CHUNK)
             except BlockingIOError:
@@ -116,6 +123,7 @@ class StreamCapture:
             if not chunk:
                 return False
             capture.write(chunk)
+        return True
 
     def finish(self) -> dict[str, Capture]:
         if self._fds:
