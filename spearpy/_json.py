@@ -28,6 +28,7 @@ of `[{},{},...]` parsed into 11 million dicts: ~870 MB and 2.4 s holding the
 GIL, per run. Honest documents (a completion, tool arguments, a schema) hold
 hundreds; 250 000 empty dicts are ~18 MB."""
 
+
 class StructureError(json.JSONDecodeError):
     """Refused before parsing: nested too deep, or too many arrays and objects."""
 

@@ -42,22 +42,16 @@ class Interrupts:
 
     def reason(self) -> Reason | None:
         """Why the guest must stop now (the tool call only, for tool_timeout)."""
-        if self._noted is not None:
-            return self._noted
-        if self.cancel_event.is_set():
-            return Outcome.CANCELLED, "the run was cancelled"
-        now = time.monotonic()
-        if self.deadline is not None and now >= self.deadline:
-            return Outcome.TIMEOUT, f"the run exceeded its {_seconds(self._run_timeout)}deadline"
-        if self.tool_deadline is not None and now >= self.tool_deadline:
+        reason = self.run_reason()
+        if reason is None and self.tool_deadline is not None and \
+                time.monotonic() >= self.tool_deadline:
             return (Outcome.TOOL_TIMEOUT,
                     f"the tool exceeded its {_seconds(self.tool_timeout)}deadline")
-        return None
+        return reason
 
     def run_reason(self) -> Reason | None:
-        """Like `reason`, but only what ends the whole run."""
-        # `reason` without the tool's deadline, written out: a send asks
-        # before every step of its loop. (A noted reason is never a tool's.)
+        """Like `reason`, but only what ends the whole run (a send asks before
+        every step of its loop). A noted reason is never a tool's."""
         if self._noted is not None:
             return self._noted
         if self.cancel_event.is_set():

@@ -216,10 +216,6 @@ class ToolLoop:
         self._end(failed, LoopEvent.INTERRUPT)
         return failed
 
-    @property
-    def has_notes(self) -> bool:
-        return bool(self.notes)
-
     def drain_notes(self) -> list[LoopNote]:
         notes, self.notes = self.notes, []
         return notes

@@ -63,9 +63,10 @@ def is_secret_key(key: str) -> bool:
     return key.lower() in _SECRET_KEYS
 
 
-# Keys remembered per Redactor (see Redactor._key); bounded since keys can
-# come from a guest.
+# Keys remembered per Redactor (Redactor._dict): bounded in number and in
+# length, since keys can come from a guest or an upstream.
 _KEYS_MAX = 4096
+_KEY_CHARS_KEPT = 64
 
 
 class Redactor:
@@ -134,9 +135,11 @@ class Redactor:
                 continue
             known = keys.get(key)
             if known is None:
-                if len(keys) >= _KEYS_MAX:
-                    keys.clear()
-                known = keys[key] = (text(key), is_secret_key(key))
+                known = (text(key), is_secret_key(key))
+                if len(key) <= _KEY_CHARS_KEPT:  # field names, not an upstream's odd keys
+                    if len(keys) >= _KEYS_MAX:
+                        keys.clear()
+                    keys[key] = known
             kind = type(item)
             if known[1] and item:
                 out[known[0]] = REDACTED
