@@ -5,6 +5,7 @@ the loopback rule, and keys that must never appear in what it answers."""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,6 +133,27 @@ def test_bodies_over_the_cap_get_413(client: httpx.Client) -> None:
     assert_problem(reply, 413, "body-too-large")
     assert client.post("/v1/runs", json={"module": "c_hello", "stdin": "x" * 1000,
                                          "wait": True}).status_code == 201
+
+
+def test_request_heads_are_bounded(server: BackgroundServer) -> None:
+    """A client that never ends its head (one header after another, or one
+    endless value) is answered 400 and cut off; the service does not buffer
+    it. uvicorn's httptools parser would (docs/serve.md): the server pins h11."""
+    assert server._server.config.http == "h11"
+    for piece in (b"X-Filler-%d: " + b"a" * 8000 + b"\r\n", b"b" * 8000):
+        accepted = 0
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         + (b"" if b"%d" in piece else b"X-Endless: "))
+            try:
+                for i in range(1000):  # 8 MB if nothing stops it
+                    sock.sendall(piece % i if b"%d" in piece else piece)
+                    accepted += len(piece)
+            except OSError:
+                pass  # reset by the server: what this test wants
+            answer = sock.recv(200)
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        assert accepted < 2 << 20
 
 
 def test_loopback_only_without_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

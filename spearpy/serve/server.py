@@ -43,6 +43,9 @@ def _uvicorn_config(app: Starlette, host: str, port: int, grace: float,
     # A WebSocket message is one SSF frame: uvicorn must not read one far
     # larger than the stream limit (its default is 16 MiB) before the check.
     options.setdefault("ws_max_size", StreamLimits().max_frame_bytes + 64)
+    # h11 refuses a request head over 16 KiB; httptools, which uvicorn picks
+    # whenever it is installed (uvicorn[standard]), reads one without limit.
+    options.setdefault("http", "h11")
     return uvicorn.Config(app, host=host, port=port, lifespan="on",
                           timeout_graceful_shutdown=int(grace) + 15, **options)
 
