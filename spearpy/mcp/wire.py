@@ -42,7 +42,8 @@ async def serve_http(server: Server[Any], sock: socket.socket) -> None:
     """Serve streamable HTTP at /mcp on a bound socket until a signal. The
     SDK's DNS-rebinding protection is on for a loopback address."""
     app = server.streamable_http_app(host=sock.getsockname()[0])
-    web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on",
+    # h11, never httptools: it bounds a request's head (docs/serve.md).
+    web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on", http="h11",
                                   timeout_graceful_shutdown=2))
     with _stop_on_signals(lambda: setattr(web, "should_exit", True)):
         await web.serve(sockets=[sock])
