@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -24,12 +24,26 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from spearpy.chat.params import LimitPolicy
 from spearpy.secret_env import OPENAI_KEY_ENV
+
+if TYPE_CHECKING:
+    from spearpy.chat.params import LimitPolicy
 
 
 def _default_cache_dir() -> Path:
     return Path.home() / ".cache" / "spearpy"
+
+
+# Empty defaults come from these rather than `dict` and `list`: pydantic reads
+# a default factory's signature when it builds the model, and a builtin's is
+# parsed from its text with tokenize, whose regex compiles on first use:
+# ~2 ms of every `spearpy run` (the class itself builds in ~3.5).
+def _no_entries() -> dict[str, Any]:
+    return {}
+
+
+def _no_items() -> list[Any]:
+    return []
 
 
 def url_problem(url: str) -> str | None:
@@ -95,7 +109,7 @@ class HostConfig(BaseSettings):
         None, validation_alias="SPEARPY_CONFIG")
     # Model names the guest asks for -> "BACKEND" or "BACKEND:MODEL" (the
     # config file's [models] table, over it); checked when the Host starts.
-    model_aliases: dict[str, str] = Field(default_factory=dict)
+    model_aliases: dict[str, str] = Field(default_factory=_no_entries)
     record: Path | None = None  # write every upstream exchange to this cassette
     # openai-python uses 600 s; agents wait on tools too, so fail a stuck upstream sooner.
     request_timeout: float = Field(120.0, gt=0)
@@ -128,11 +142,11 @@ class HostConfig(BaseSettings):
     module_cache_bytes: ByteCount = Field(512 << 20, ge=0)
 
     # MCP tool servers: directories of SPEAR registry records (mcp.d/*.toml).
-    mcp_dirs: list[Path] = Field(default_factory=list)
+    mcp_dirs: list[Path] = Field(default_factory=_no_items)
     # The task layer of every run, in SPEAR's task-config keys (mcp.enabled,
     # mcp.default_server_ids, mcp.allowed_server_ids, mcp.tool_allowlist,
     # mcp.tool_denylist); Host.run(task_params=...) adds to it per run.
-    task_params: dict[str, Any] = Field(default_factory=dict)
+    task_params: dict[str, Any] = Field(default_factory=_no_entries)
 
     # Audio in (SPEAR's mic_* and rtasr_*: docs/audio.md). A headless machine
     # has no microphone: the `device` source then reads this WAV/PCM file,
@@ -171,6 +185,11 @@ class HostConfig(BaseSettings):
         return value
 
     def limit_policy(self) -> LimitPolicy:
+        # Imported here: config is read by commands that never run a guest
+        # (`spearpy batch`'s parent checks it), and spearpy.chat loads the
+        # whole chat package.
+        from spearpy.chat.params import LimitPolicy
+
         return LimitPolicy(
             default_max_iterations=self.max_iterations,
             max_iterations_cap=self.max_iterations_cap,

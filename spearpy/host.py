@@ -410,11 +410,12 @@ class Host:
 def _config_file_tables(config: HostConfig) -> tuple[list[Path], list[Any], dict[str, Any]]:
     """(MCP record dirs, inline MCP records, task keys) of the config file."""
     from spearpy.backends.config_file import default_config_path
-    from spearpy.mcp.configfile import config_tables
 
     path = config.config_file or default_config_path()
     if not Path(path).is_file():
         return [], [], {}
+    from spearpy.mcp.configfile import config_tables  # and tomllib: only for a file
+
     return config_tables(path)
 
 

@@ -7,7 +7,9 @@ everything already.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,12 +25,17 @@ HANG_GUARD_S = 300
 
 # Loaded on first use only: the HTTP client and its retries (first send),
 # jsonschema (first tool with parameters), structlog and rich (first log line,
-# a terminal live view or progress bar), metrics, spans, Ray, batch executors.
+# a terminal live view or progress bar), metrics, spans, Ray, batch executors;
+# the user-stream, mic and rtasr hostcalls (their first call), and the TOML
+# parser and MCP config reader (a config file).
 NOT_AT_START = ("httpx", "httpcore", "tenacity", "jsonschema", "referencing", "structlog",
                 "rich", "pygments", "prometheus_client", "opentelemetry", "ray",
                 "spearpy.batch", "spearpy.backends.httpbackend", "spearpy.backends.openai",
                 "spearpy.backends.replay", "spearpy.observe.metrics", "spearpy.cli.batch",
-                "numpy", "soxr", "websockets", "spearpy.audio.select")
+                "numpy", "soxr", "websockets", "spearpy.audio.select",
+                "spearpy.hostcalls.streams", "spearpy.hostcalls.mic", "spearpy.hostcalls.rtasr",
+                "spearpy.streams", "spearpy.asr", "spearpy.fds.mic", "spearpy.fds.rtasr",
+                "tomllib", "spearpy.mcp.configfile")
 
 _REPORT = """
 import json, sys
@@ -38,9 +45,11 @@ def loaded(names):
 """
 
 
-def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, check=False,
+                          env=env)
 
 
 def _env_free_run(tmp_path: Path, module: Path, *flags: str) -> tuple[
@@ -56,7 +65,10 @@ except SystemExit as exc:
 with open(sys.argv[1], "w") as out:
     json.dump({{"exit": code, "loaded": loaded({list(NOT_AT_START)!r})}}, out)
 """
-    done = _python(code, str(report), *flags, str(module))
+    # No config file of the machine's user: it would rightly load the TOML parser.
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env.pop("SPEARPY_CONFIG", None)
+    done = _python(code, str(report), *flags, str(module), env=env)
     assert report.is_file(), done.stderr
     data: dict[str, object] = json.loads(report.read_text())
     return done, data
@@ -69,6 +81,32 @@ def test_run_of_a_guest_that_never_sends_loads_no_optional_stack(tmp_path: Path)
     assert "hello from C: ok" in done.stdout  # the guest really ran
     assert "exited, exit code 0" in done.stderr  # and the live view reported it
     assert data["loaded"] == []
+
+
+def test_deferred_hostcall_tables_match_their_modules() -> None:
+    # spearpy.hostcalls names these families' hostcalls and arities without
+    # importing them; the modules' own tables must say the same.
+    from spearpy.hostcalls import _DEFERRED, HOSTCALLS
+
+    tables = {"spearpy.hostcalls.streams": "STREAM_HOSTCALLS",
+              "spearpy.hostcalls.mic": "MIC_HOSTCALLS",
+              "spearpy.hostcalls.rtasr": "RTASR_HOSTCALLS"}
+    assert set(_DEFERRED) == set(tables)
+    for module, table in tables.items():
+        real = getattr(importlib.import_module(module), table)
+        assert {name: n for name, (n, _fn) in real.items()} == _DEFERRED[module], module
+        for name in real:
+            assert len(HOSTCALLS[name][0]) == real[name][0], name
+
+
+def test_config_defaults_come_from_no_builtin_factory() -> None:
+    # pydantic reads a default factory's signature when it builds HostConfig;
+    # a builtin's (dict, list) is parsed with tokenize, whose regex compiles on
+    # first use, at every `spearpy run` (spearpy/config.py).
+    from spearpy.config import HostConfig
+
+    for name, info in HostConfig.model_fields.items():
+        assert getattr(info.default_factory, "__module__", None) != "builtins", name
 
 
 def test_importing_the_cli_loads_no_host() -> None:

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
 from spearpy import abi
 from spearpy._native import I32, I64, HostFn, define_hostcall
 from spearpy.hostcalls import chat, fd, system, wasi_poll
-from spearpy.hostcalls.mic import MIC_HOSTCALLS
-from spearpy.hostcalls.rtasr import RTASR_HOSTCALLS
-from spearpy.hostcalls.streams import STREAM_HOSTCALLS
 
 if TYPE_CHECKING:
     import wasmtime
+
+# Families a guest may never call, imported at their first call: user
+# streams, the microphone and realtime transcription pull in their fds,
+# queues and parsers (~8 ms of `spearpy run` start-up, -X importtime), which
+# a guest that never opens such an fd has no use for. Name -> param count
+# (all i32, one i32 result); each module's *_HOSTCALLS table holds the
+# functions, and tests/test_startup.py checks that the two agree. The chat
+# family stays eager: cchat_* are the hot hostcalls, and a trampoline would
+# add a Python call to every one of them.
+_DEFERRED: Final[dict[str, dict[str, int]]] = {
+    "spearpy.hostcalls.streams": {
+        "user_stream_open": 2, "user_stream_read": 3, "user_stream_write": 3,
+        "user_stream_close": 1, "user_stream_ctl_open": 0, "user_stream_ctl_read": 3,
+    },
+    "spearpy.hostcalls.mic": {"mic_create": 0, "mic_ctl": 4, "mic_read": 3, "mic_close": 1},
+    "spearpy.hostcalls.rtasr": {
+        "rtasr_create": 0, "rtasr_ctl": 4, "rtasr_write": 3, "rtasr_read": 3, "rtasr_close": 1,
+    },
+}
+
+
+def _on_first_call(module: str, name: str) -> HostFn:
+    """`module.name`, imported when the guest first calls it. Two threads
+    racing on the first call both find the same function: harmless."""
+    target: HostFn | None = None
+
+    def call(*args: Any) -> int | None:
+        nonlocal target
+        if target is None:
+            target = getattr(importlib.import_module(module), name)
+        return target(*args)
+
+    return call
 
 
 def _i32s(n: int) -> tuple[str, ...]:
@@ -41,8 +72,9 @@ HOSTCALLS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], HostFn]]] = {
 }
 
 
-for _name, (_nparams, _fn) in (STREAM_HOSTCALLS | MIC_HOSTCALLS | RTASR_HOSTCALLS).items():
-    HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _fn)
+for _module, _family in _DEFERRED.items():
+    for _name, _nparams in _family.items():
+        HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _on_first_call(_module, _name))
 
 
 def define_spear_imports(linker: wasmtime.Linker) -> None:
