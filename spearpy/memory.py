@@ -163,8 +163,13 @@ class GuestMemory:
         length: int = _U32.unpack_from(view, word_ptr)[0]
         if length > capacity:
             return length, None
-        ptr = self._fit(ptr, length)
-        return length, self._slice(ptr, length)
+        ptr &= U32_MAX
+        window = self._bytes
+        if window is None or ptr + length > self._known:  # _fit and _slice, inlined
+            ptr = self._fit(ptr, length)
+            return length, self._slice(ptr, length)
+        data: bytes = window[ptr:ptr + length]  # type: ignore[assignment]  # c_char: bytes
+        return length, data
 
     def write(self, ptr: int, data: bytes) -> None:
         ptr = self._fit(ptr, len(data))

@@ -45,6 +45,23 @@ _TYPES: dict[str, Check] = {
 }
 
 
+# Python types whose every value passes `{"type": name}` (JSON gives exactly
+# these): a property of such a schema is accepted on one type test, without
+# calling its check (two calls saved per `{"a": int, "b": int}` call).
+_EXACT: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "integer": (int,),
+    "number": (int, float), "boolean": (bool,), "null": (type(None),),
+}
+
+
+def _exact_types(schema: Any) -> tuple[type, ...]:
+    """The types that always pass `schema` when it only names a type (else ())."""
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str) and \
+            set(schema) <= _ANNOTATIONS | {"type"}:
+        return _EXACT.get(schema["type"], ())
+    return ()
+
+
 def compile_check(schema: Any) -> Check | None:
     """A predicate equivalent to validating against `schema`, or None when the
     schema uses anything outside the supported subset."""
@@ -102,12 +119,12 @@ def _object_check(schema: dict[str, Any],
         return False, None
     if not props and not required and extra:
         return True, None
-    compiled: list[tuple[str, Check]] = []
+    compiled: list[tuple[str, tuple[type, ...], Check]] = []
     for name, sub in props.items():
         check = compile_check(sub)
         if check is None:
             return False, None
-        compiled.append((name, check))
+        compiled.append((name, _exact_types(sub), check))
     known = frozenset(props)
     needed = tuple(required)
 
@@ -117,9 +134,11 @@ def _object_check(schema: dict[str, Any],
         for name in needed:
             if name not in value:
                 return False
-        for name, sub in compiled:
-            if name in value and not sub(value[name]):
-                return False
+        for name, exact, sub in compiled:
+            if name in value:
+                item = value[name]
+                if type(item) not in exact and not sub(item):
+                    return False
         return extra or all(key in known for key in value)
 
     return True, check_object

@@ -19,7 +19,19 @@ from collections.abc import Callable
 from typing import Final, Literal, NoReturn, overload
 
 from spearpy import _json, abi
-from spearpy.chat.normalize import bad_response_reason, with_session_tool_calls
+from spearpy.chat.bodies import (
+    CACHE_HIT,
+    INTERNAL_ERROR,
+    LOOP_ERROR_CODES,
+    TOOL_DENIED,
+    UPSTREAM_BAD_RESPONSE,
+    done_body,
+    error_body,
+    held_body,
+    metrics,
+    summary,
+)
+from spearpy.chat.normalize import bad_response_reason
 from spearpy.chat.protocol import (
     Action,
     CallTool,
@@ -39,28 +51,10 @@ from spearpy.chat.protocol import (
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
 from spearpy.chat.states import TRANSITIONS, LoopEvent, LoopProtocolError, LoopState, next_state
 
-CACHE_HIT: Final = "cache_hit"
-TOOL_DENIED: Final = "tool_denied"
 # Tool.approval values (chat/registry.py).
 ALLOW: Final = "allow"
 DENY: Final = "deny"
 ASK: Final = "ask"
-UPSTREAM_BAD_RESPONSE: Final = "upstream_bad_response"
-INTERNAL_ERROR: Final = "internal_error"
-
-# Error codes a Failed body produced by the loop itself can carry. Upstream
-# errors carry their UpstreamError.code, interrupts the code given to interrupt().
-LOOP_ERROR_CODES: Final = frozenset(
-    {
-        abi.SEND_PENDING_TOOL_CALLS,
-        abi.SEND_TOOL_CALL_LIMIT,
-        abi.SEND_TOKEN_BUDGET,
-        abi.TOOL_UNKNOWN,
-        abi.TOOL_INVALID_ARGUMENTS,
-        UPSTREAM_BAD_RESPONSE,
-        INTERNAL_ERROR,
-    }
-)
 
 _MAX_NAME_IN_MESSAGE = 80
 
@@ -99,6 +93,12 @@ class ToolLoop:
         # and the calls the guest approved by sending AUTO with them pending.
         self._reply: tuple[JSONDict, JSONDict] | None = None
         self._approved: frozenset[str] = frozenset()
+        # A send's tools are fixed while it runs (the hostcalls that change a
+        # session refuse one that is sending): looked up and offered from
+        # these, taken once, not asked of the registry on every step.
+        registry = session.registry
+        self._tools = registry.by_name()
+        self._specs = registry.specs()
         self._start()
 
     # ---- public surface --------------------------------------------------
@@ -212,7 +212,7 @@ class ToolLoop:
         self._queue.clear()
         for call in self.session.answer_pending(code, message):
             self.notes.append(ToolSkipped(call=call, code=code, message=message))
-        failed = Failed(self._error_body(code, message))
+        failed = Failed(error_body(code, message, self._summary()))
         self._end(failed, LoopEvent.INTERRUPT)
         return failed
 
@@ -262,7 +262,7 @@ class ToolLoop:
         limits = self.limits
         while self._queue:
             call = self._queue[0]
-            tool = self.session.registry.get(call.name)
+            tool = self._tools.get(call.name)
             if tool is None:
                 shown = call.name[:_MAX_NAME_IN_MESSAGE]
                 if self._skip(call, abi.TOOL_UNKNOWN, f"no tool named {shown!r} is registered"):
@@ -333,7 +333,7 @@ class ToolLoop:
         stats = self.stats
         stats.iterations += 1
         session = self.session
-        complete = Complete(session.messages, session.registry.specs(), stats.iterations)
+        complete = Complete(session.messages, self._specs, stats.iterations)
         self._awaiting = complete
         return complete
 
@@ -345,11 +345,8 @@ class ToolLoop:
         if self._reply is None:  # held at the start: only a new reply is ever held
             self._misuse("a call was held without a reply to return")
         body, message = self._reply
-        out = with_session_tool_calls(body, message)
-        out["_spear"] = {**self._spear(), "pending_tool_calls": pending,
-                         "held": {"tool_call_id": call.id, "name": call.name,
-                                  "reason": "approval"}}
-        self._end(Done(out), LoopEvent.HELD)
+        self._end(Done(held_body(body, message, self._summary(), call, pending)),
+                  LoopEvent.HELD)
 
     def _skip(self, call: ToolCall, code: str, message: str) -> bool:
         """Answer `call` with an error for the model; True when that ends the send."""
@@ -395,25 +392,17 @@ class ToolLoop:
             self.notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
 
     def _finish(self, body: JSONDict) -> None:
-        self._end(Done(self._done_body(body)), LoopEvent.FINISHED)
+        spear = self._summary()
+        self._end(Done(done_body(body, self.session.messages[-1], spear)), LoopEvent.FINISHED)
 
     def _fail(self, code: str, message: str, *, status: int | None = None) -> None:
-        self._end(Failed(self._error_body(code, message, status)), LoopEvent.FAIL)
+        self._end(Failed(error_body(code, message, self._summary(), status)), LoopEvent.FAIL)
 
     def _end(self, final: Done | Failed, event: LoopEvent) -> None:
         self._transition(event)
         self._final = final
-        spear = final.body["_spear"]
-        if self._metrics_enabled:
-            metrics = dict(spear["usage"])
-            metrics.update(
-                iterations=spear["iterations"],
-                tool_calls=spear["tool_calls"],
-                elapsed_ms=spear["elapsed_ms"],
-            )
-            self.session.last_metrics = metrics
-        else:
-            self.session.last_metrics = {}
+        self.session.last_metrics = metrics(final.body["_spear"]) if self._metrics_enabled \
+            else {}
 
     def _misuse(self, message: str) -> NoReturn:
         if self._final is None:
@@ -426,35 +415,16 @@ class ToolLoop:
     def _transition(self, event: LoopEvent) -> None:
         self.state = next_state(self.state, event)
 
-    # ---- bodies --------------------------------------------------------------
-
-    def _spear(self) -> JSONDict:
-        elapsed = max(0.0, self._clock() - self._started)
-        return {
-            "backend": self.backend,
-            "model": self.model,
-            "iterations": self.stats.iterations,
-            "tool_calls": self.stats.tool_calls,
-            "usage": self.stats.usage.as_dict(),
-            "elapsed_ms": round(elapsed * 1000),
-        }
-
-    def _error_body(self, code: str, message: str, status: int | None = None) -> JSONDict:
-        error: JSONDict = {"code": code, "message": message}
-        if status is not None:
-            error["status"] = status
-        return {"error": error, "_spear": self._spear()}
-
-    def _done_body(self, body: JSONDict) -> JSONDict:
-        out = with_session_tool_calls(body, self.session.messages[-1])
-        out["_spear"] = self._spear()
-        return out
+    def _summary(self) -> JSONDict:
+        return summary(self.backend, self.model, self.stats, self._clock() - self._started)
 
 
 __all__ = [
+    "ASK",
     "CACHE_HIT",
     "INTERNAL_ERROR",
     "LOOP_ERROR_CODES",
+    "TOOL_DENIED",
     "UPSTREAM_BAD_RESPONSE",
     "LoopProtocolError",
     "LoopState",

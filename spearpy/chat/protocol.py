@@ -143,6 +143,11 @@ class ToolSkipped:
 LoopNote: TypeAlias = LimitHit | ToolSkipped
 
 
+def _count(value: object) -> int:
+    """A usage count as reported, or 0 for anything that is not an int >= 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 @dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
@@ -152,16 +157,21 @@ class Usage:
     def add(self, raw: object) -> None:
         if not isinstance(raw, dict):
             return
-        # Unrolled (no getattr/setattr by name): this runs on every completion.
-        value = raw.get("prompt_tokens")
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            self.prompt_tokens += value
-        value = raw.get("completion_tokens")
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            self.completion_tokens += value
-        value = raw.get("total_tokens")
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            self.total_tokens += value
+        prompt = raw.get("prompt_tokens")
+        completion = raw.get("completion_tokens")
+        total = raw.get("total_tokens")
+        # Every completion comes here: three plain counts are decided at
+        # once; anything else (a missing, negative, bool or float count)
+        # goes field by field, where only a count >= 0 is added.
+        if type(prompt) is int and type(completion) is int and type(total) is int and \
+                prompt >= 0 and completion >= 0 and total >= 0:
+            self.prompt_tokens += prompt
+            self.completion_tokens += completion
+            self.total_tokens += total
+            return
+        self.prompt_tokens += _count(prompt)
+        self.completion_tokens += _count(completion)
+        self.total_tokens += _count(total)
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -243,6 +243,7 @@ class ToolRegistry:
         self._attached: dict[str, Tool] = {}
         self._aliases: dict[str, str] = {}
         self._specs: list[JSONDict] | None = None
+        self._by_name: dict[str, Tool] | None = None
 
     def add(self, name: str, ref: Any, spec: JSONDict,
             source: ToolSource | None = None) -> Tool:
@@ -252,7 +253,7 @@ class ToolRegistry:
         tool = Tool(name=name, ref=ref, spec=spec, source=source,
                     validator=_build_validator(spec), check=_build_check(spec))
         self._tools[name] = tool
-        self._specs = None
+        self._specs = self._by_name = None
         return tool
 
     def attach(self, group: str, tools: list[Tool],
@@ -267,7 +268,7 @@ class ToolRegistry:
                           for tool in kept_tools}
         self._aliases = {alias: name for _, group_aliases in self._groups.values()
                          for alias, name in group_aliases.items() if name in self._attached}
-        self._specs = None
+        self._specs = self._by_name = None
         return clashes
 
     @staticmethod
@@ -283,6 +284,16 @@ class ToolRegistry:
         if tool is None and self._attached:
             tool = self._attached.get(self._aliases.get(name, name))
         return tool
+
+    def by_name(self) -> dict[str, Tool]:
+        """Every name `get` answers, with the tool it gives: one dict lookup
+        per call for a send, which takes it once. Shared; do not mutate it."""
+        if self._by_name is None:
+            table = dict(self._attached)
+            table.update((alias, self._attached[name]) for alias, name in self._aliases.items())
+            table.update(self._tools)
+            self._by_name = table
+        return self._by_name
 
     def specs(self) -> list[JSONDict] | None:
         """The `tools` array for upstream, or None when no tool is offered.

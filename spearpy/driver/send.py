@@ -173,7 +173,10 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
                         messages=len(action.messages))
         tokens = _TokenSink(run, fd, action.iteration) if stream and observed else None
-        deadline = stops.effective_deadline()
+        # stops.effective_deadline(), written out for the usual case: no
+        # tool deadline is in force unless this send runs inside a tool.
+        deadline = stops.deadline if stops.tool_deadline is None else \
+            stops.effective_deadline()
         # The last request (frozen) is asked again when every field it would
         # get is the same object: the transcript is one list that grows in
         # place. A new one costs ~2 us an iteration.
@@ -184,7 +187,8 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                 model=model, messages=action.messages, tools=action.tools,
                 params=forwarded, timeout_s=timeout_s, deadline=deadline,
                 cancel=stops.cancel_event, stream=stream, on_delta=tokens)
-        asked = time.monotonic()
+        # Only events and a cancelled request's report read the time asked.
+        asked = time.monotonic() if observed or waker is not None else 0.0
         result = backend.complete(request) if waker is None else \
             upstream.complete(backend, request, waker)
         if tokens is not None:
