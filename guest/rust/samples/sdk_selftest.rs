@@ -1,11 +1,12 @@
 //! sdk_selftest: unit checks of the spear_guest crate, run inside wasm with
-//! no model: the JSON reader and quoting, Errno, Reply, and the tool!
-//! buffer protocol driven by hand the way the host drives it.
+//! no model: the JSON reader and quoting, Errno, Reply, the tool!
+//! buffer protocol driven by hand the way the host drives it, SSF frames,
+//! MCP tool names and the epoll record layout.
 //! Exit status = the number of failed checks.
 
 use std::cell::Cell;
 
-use spear_guest::{json, tool, Errno, Reply};
+use spear_guest::{json, mcp, ssf, tool, Errno, Event, Frame, Param, Reply};
 
 thread_local!(static RUNS: Cell<u32> = Cell::new(0));
 
@@ -82,6 +83,51 @@ fn main() {
     let (rc, len) = call(r#"{"n":-1}"#, &mut out, 400);
     check("tool: Err(msg) fails with the message in the buffer", rc == spear_guest::tool::TOOL_FAILED && &out[..len as usize] == b"n must not be negative");
     check("function index of a tool is a table slot", repeat_tool as spear_guest::RawTool as usize > 0);
+
+    check("Errno knows the stream and audio codes", Errno::from_code(-32) == Errno::Pipe && Errno::from_code(-107) == Errno::NotConn
+        && Errno::from_code(-104) == Errno::ConnReset && Errno::DQuot.code() == -122 && Errno::NotConn.name() == "ENOTCONN");
+
+    // SSF v1, against bytes written out by hand (what spearpy.streams.ssf.build(7, 258, b"hi", b"{}") gives).
+    let mut want = b"SPST\x01\x00\x20\x00\x02\x00\x00\x00\x07\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00".to_vec();
+    want.extend_from_slice(b"{}hi");
+    let built = Frame::data(7, 258, b"{}", b"hi").to_bytes();
+    check("ssf: a DATA frame encodes byte for byte", built == want);
+    let parsed = Frame::parse(&built);
+    check("ssf: parse gives the fields back", parsed == Ok(Frame { msg_type: ssf::SSF_DATA, flags: 0, stream_id: 7, seq: 258, meta: b"{}", data: b"hi" }));
+    check("ssf: meta_str", parsed.ok().and_then(|f| f.meta_str()) == Some("{}"));
+    let mut ext = built[..32].to_vec();
+    ext[6] = 36; // header_len 36: four extension bytes, skipped
+    ext.extend_from_slice(b"XXXX{}hi");
+    check("ssf: header extension bytes are skipped", Frame::parse(&ext).map(|f| (f.meta, f.data)) == Ok((&b"{}"[..], &b"hi"[..])));
+    let mut bad_magic = built.clone();
+    bad_magic[0] = b'X';
+    let mut bad_version = built.clone();
+    bad_version[4] = 2;
+    let mut short_header = built.clone();
+    short_header[6] = 31;
+    check("ssf: bad magic, version, header_len are EINVAL",
+        Frame::parse(&bad_magic) == Err(Errno::Inval) && Frame::parse(&bad_version) == Err(Errno::Inval) && Frame::parse(&short_header) == Err(Errno::Inval));
+    check("ssf: lengths that do not add up are EINVAL",
+        Frame::parse(&built[..built.len() - 1]) == Err(Errno::Inval) && Frame::parse(&[built.clone(), b"!".to_vec()].concat()) == Err(Errno::Inval)
+            && Frame::parse(&built[..20]) == Err(Errno::Inval));
+    let mut huge = built.clone();
+    huge[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+    check("ssf: a meta_len near 4 GiB is EINVAL, not a panic", Frame::parse(&huge) == Err(Errno::Inval));
+    let mut reused = vec![1, 2, 3];
+    Frame::data(1, 1, b"", b"").encode_into(&mut reused);
+    check("ssf: encode_into replaces the buffer", reused.len() == 32 && Frame::parse(&reused).map(|f| f.data.is_empty() && f.meta.is_empty()) == Ok(true));
+
+    check("mcp: tool_name is SPEAR's", mcp::tool_name("time", "get_current_time") == "mcp__dGltZQ__Z2V0X2N1cnJlbnRfdGltZQ"
+        && mcp::tool_name("fs", "read_file") == "mcp__ZnM__cmVhZF9maWxl");
+    check("mcp: split_tool_name round-trips odd ids", ["a", "ab", "abc", "x?", "é ü/", "srv??"].iter()
+        .all(|id| mcp::split_tool_name(&mcp::tool_name(id, "t_1")) == Some((id.to_string(), "t_1".to_string()))));
+    check("mcp: other names are None", mcp::split_tool_name("sum").is_none() && mcp::split_tool_name("mcp__ZnM").is_none()
+        && mcp::split_tool_name("mcp____cmVhZF9maWxl").is_none() && mcp::split_tool_name("mcp__ZnN__cmVhZF9maWxl").is_none()
+        && mcp::split_tool_name("mcp__Z!__eA").is_none());
+    check("Param from a string slice is a JSON array", Param::from(&["a\"b", "c"][..]) == Param::Raw("[\"a\\\"b\",\"c\"]".to_string())
+        && Param::from(Vec::<String>::new()) == Param::Raw("[]".to_string()));
+    check("epoll Event is the host's 8-byte record", std::mem::size_of::<Event>() == 8
+        && Event { fd: 1, events: 0x10 }.hangup() && !Event { fd: 1, events: 0x1 }.hangup());
 
     println!("failed: {}", failed);
     std::process::exit(failed);

@@ -15,12 +15,19 @@ pub enum Errno {
     Inval,
     MFile,
     NoSpc,
+    /// A user stream's session ended, or it is closed and drained.
+    Pipe,
     NoSys,
+    ConnReset,
+    /// No client (yet) on a user stream.
+    NotConn,
     TimedOut,
+    /// **(spearpy)** the run's audio budget is spent (`mic_read`, `rtasr_write`).
+    DQuot,
     Other(i32),
 }
 
-const TABLE: [(Errno, i32, &str); 12] = [
+const TABLE: [(Errno, i32, &str); 16] = [
     (Errno::Io, -5, "EIO"),
     (Errno::BadFd, -9, "EBADF"),
     (Errno::Again, -11, "EAGAIN"),
@@ -31,8 +38,12 @@ const TABLE: [(Errno, i32, &str); 12] = [
     (Errno::Inval, -22, "EINVAL"),
     (Errno::MFile, -24, "EMFILE"),
     (Errno::NoSpc, -28, "ENOSPC"),
+    (Errno::Pipe, -32, "EPIPE"),
     (Errno::NoSys, -38, "ENOSYS"),
+    (Errno::ConnReset, -104, "ECONNRESET"),
+    (Errno::NotConn, -107, "ENOTCONN"),
     (Errno::TimedOut, -110, "ETIMEDOUT"),
+    (Errno::DQuot, -122, "EDQUOT"),
 ];
 
 impl Errno {

@@ -2,6 +2,7 @@
 
 use crate::errno::{check, Errno};
 use crate::json::quote;
+use crate::outbuf::{ctl_json, read_text};
 use crate::sys;
 use crate::tool::RawTool;
 
@@ -16,7 +17,7 @@ pub enum Param {
 }
 
 impl Param {
-    fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         match self {
             Param::Str(s) => quote(s),
             Param::Int(n) => n.to_string(),
@@ -59,6 +60,17 @@ impl From<u32> for Param {
 impl From<usize> for Param {
     fn from(v: usize) -> Param {
         Param::Int(v as i64)
+    }
+}
+/// A JSON array of strings (MCP's `server_ids`, allow- and denylists).
+impl<'a> From<&'a [&'a str]> for Param {
+    fn from(v: &'a [&'a str]) -> Param {
+        Param::Raw(format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",")))
+    }
+}
+impl From<Vec<String>> for Param {
+    fn from(v: Vec<String>) -> Param {
+        Param::Raw(format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",")))
     }
 }
 
@@ -121,11 +133,8 @@ impl Session {
     }
 
     pub fn set_param_json(&self, json: &str) -> Result<(), Errno> {
-        let mut len = json.len() as u32;
-        let rc = unsafe {
-            sys::cchat_ctl(self.fd, sys::CTL_SET_PARAM, sys::ptr(json.as_ptr()), sys::ptr(&mut len))
-        };
-        check(rc).map(|_| ())
+        let fd = self.fd;
+        ctl_json(json, |p, l| unsafe { sys::cchat_ctl(fd, sys::CTL_SET_PARAM, p, l) })
     }
 
     /// Lets the host put tool I/O in `arena` instead of calling `spear_alloc`.
@@ -183,13 +192,13 @@ impl Response {
     /// how many ENOSPC round trips it took.
     pub fn text_with_capacity(&self, capacity: usize) -> Result<(String, u32), Errno> {
         let fd = self.fd;
-        read_growing(capacity, |p, l| unsafe { sys::cchat_recv(fd, p, l) })
+        read_text(capacity, |p, l| unsafe { sys::cchat_recv(fd, p, l) })
     }
 
     /// GET_METRICS: JSON usage summed over the send (`{}` without SEND_METRICS).
     pub fn metrics(&self) -> Result<String, Errno> {
         let fd = self.fd;
-        read_growing(256, |p, l| unsafe { sys::cchat_ctl(fd, sys::CTL_GET_METRICS, p, l) }).map(|(s, _)| s)
+        read_text(256, |p, l| unsafe { sys::cchat_ctl(fd, sys::CTL_GET_METRICS, p, l) }).map(|(s, _)| s)
     }
 }
 
@@ -197,30 +206,4 @@ impl Drop for Response {
     fn drop(&mut self) {
         unsafe { sys::cchat_close(self.fd) };
     }
-}
-
-/// The out-buffer protocol: capacity in, length out, ENOSPC = "need more,
-/// nothing consumed".
-fn read_growing(capacity: usize, call: impl Fn(i32, i32) -> i32) -> Result<(String, u32), Errno> {
-    let mut buf = vec![0u8; capacity.max(1)];
-    let mut grows = 0;
-    // The payload does not change between attempts; a few rounds is plenty.
-    for _ in 0..8 {
-        let cap = buf.len() as u32;
-        let mut len = cap;
-        let rc = call(sys::ptr(buf.as_mut_ptr()), sys::ptr(&mut len));
-        if rc >= 0 {
-            if len > cap {
-                return Err(Errno::Io);
-            }
-            buf.truncate(len as usize);
-            return String::from_utf8(buf).map(|s| (s, grows)).map_err(|_| Errno::Io);
-        }
-        if rc != Errno::NoSpc.code() || len <= cap {
-            return Err(Errno::from_code(if rc == Errno::NoSpc.code() { Errno::Io.code() } else { rc }));
-        }
-        grows += 1;
-        buf.resize(len as usize, 0);
-    }
-    Err(Errno::Io)
 }

@@ -16,22 +16,37 @@
 //! let reply = spear_guest::Reply::parse(&s.send_auto()?.text()?)?;
 //! ```
 //!
+//! Beyond chat: [`Epoll`] for readiness, user streams ([`stream`], SSF
+//! frames in [`ssf`]), audio in ([`audio`]: [`Mic`], [`Rtasr`]) and MCP
+//! tool selection on a [`Session`] ([`mcp`]).
+//!
 //! Link with `-C link-arg=--export-table` so the host can find tools in
 //! `__indirect_function_table`. No dependencies; builds with rustc 1.63 for
-//! wasm32-wasi and wasm32-unknown-unknown.
+//! wasm32-wasi and wasm32-unknown-unknown, and with current Rust for
+//! wasm32-wasip1 (the same target, renamed in Rust 1.78).
 
 pub mod alloc;
+pub mod audio;
+pub mod epoll;
 pub mod errno;
 pub mod json;
 pub mod log;
+pub mod mcp;
+mod outbuf;
 pub mod reply;
 pub mod session;
+pub mod ssf;
+pub mod stream;
 pub mod sys;
 pub mod tool;
 
+pub use audio::{Mic, Rtasr};
+pub use epoll::{Epoll, Event};
 pub use errno::{check, Errno};
 pub use reply::{Reply, ToolCall};
 pub use session::{Param, Response, Session};
+pub use ssf::Frame;
+pub use stream::{Control, CtlEvent, Direction, Stream};
 pub use tool::{Handler, RawTool};
 
 /// Wall clock, milliseconds since the Unix epoch.
