@@ -126,14 +126,13 @@ def _object_check(schema: dict[str, Any],
             return False, None
         compiled.append((name, _exact_types(sub), check))
     known = frozenset(props)
-    needed = tuple(required)
+    needed = frozenset(required)
 
     def check_object(value: Any) -> bool:
         if not isinstance(value, dict):
             return not must_be_object  # object keywords alone ignore other types
-        for name in needed:
-            if name not in value:
-                return False
+        if needed and not value.keys() >= needed:  # one set test, not one per name
+            return False
         for name, exact, sub in compiled:
             if name in value:
                 item = value[name]

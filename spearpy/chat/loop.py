@@ -56,6 +56,16 @@ ALLOW: Final = "allow"
 DENY: Final = "deny"
 ASK: Final = "ask"
 
+# The moves of every iteration, read from the table once: looking a member
+# up on its Enum class costs ~40 ns in Python 3.11, a module global ~5 ns.
+_ACTING: Final = LoopState.ACTING
+_CALLS_RECEIVED: Final = LoopEvent.CALLS_RECEIVED
+_CALLS_ANSWERED: Final = LoopEvent.CALLS_ANSWERED
+_ON_CALLS: Final = {state: moves[_CALLS_RECEIVED] for state, moves in TRANSITIONS.items()
+                    if _CALLS_RECEIVED in moves}
+_ON_ANSWERED: Final = {state: moves[_CALLS_ANSWERED] for state, moves in TRANSITIONS.items()
+                       if _CALLS_ANSWERED in moves}
+
 _MAX_NAME_IN_MESSAGE = 80
 
 
@@ -113,7 +123,7 @@ class ToolLoop:
             return self._final
         if self._awaiting is not None:
             return self._awaiting
-        if self.state is LoopState.ACTING and self._queue:
+        if self.state is _ACTING and self._queue:
             action = self._advance_calls()
             if action is not None:
                 return action
@@ -252,10 +262,12 @@ class ToolLoop:
                 f"{self.stats.usage.total_tokens} tokens used, over max_total_tokens ({budget})",
             )
             return
-        self._queue = deque(calls)
+        # The queue is empty here (every earlier call was answered); filled
+        # in place, as a new deque costs twice as much.
+        self._queue.clear()
+        self._queue.extend(calls)
         # The table decides; next_state() only raises for a move it does not list.
-        self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_RECEIVED) or \
-            next_state(self.state, LoopEvent.CALLS_RECEIVED)
+        self.state = _ON_CALLS.get(self.state) or next_state(self.state, _CALLS_RECEIVED)
 
     def _advance_calls(self) -> CallTool | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
@@ -307,29 +319,30 @@ class ToolLoop:
                     self.session.answer(call.id, cached)
                     self.notes.append(ToolSkipped(call=call, code=CACHE_HIT))
                     continue
-            if self.stats.tool_calls >= limits.max_total_tool_calls:
+            stats = self.stats
+            if stats.tool_calls >= limits.max_total_tool_calls:
                 self._stop_at_limit(
                     LimitHit("max_total_tool_calls", limits.max_total_tool_calls),
                     abi.SEND_TOOL_CALL_LIMIT,
                     f"max_total_tool_calls ({limits.max_total_tool_calls}) reached",
                 )
                 return None
-            self.stats.tool_calls += 1
+            stats.tool_calls += 1
             self._in_flight_key = key
             action = CallTool(call, tool, call.arguments)
             self._awaiting = action
             return action
-        self.state = next_state(self.state, LoopEvent.CALLS_ANSWERED)
+        self.state = next_state(self.state, _CALLS_ANSWERED)
         return None
 
     def _next_completion(self) -> Complete:
         """The next completion: the transcript as it stands, the tools on offer."""
-        if self.state is LoopState.ACTING:
+        if self.state is _ACTING:
             # Every call of the reply is answered (_advance_calls' ending,
             # inlined: the step after each iteration's last tool result).
             # The table decides; next_state() only raises for a move it does not list.
-            self.state = TRANSITIONS[self.state].get(LoopEvent.CALLS_ANSWERED) or \
-                next_state(self.state, LoopEvent.CALLS_ANSWERED)
+            self.state = _ON_ANSWERED.get(self.state) or \
+                next_state(self.state, _CALLS_ANSWERED)
         stats = self.stats
         stats.iterations += 1
         session = self.session

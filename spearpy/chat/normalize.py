@@ -29,6 +29,10 @@ _MAX_ID_ATTEMPTS = 10_000
 MAX_TOOL_CALL_NAME_BYTES = 256
 MAX_TOOL_CALL_ID_BYTES = 256
 _NAME_SHOWN_CHARS = 48
+# A name or id of at most this many characters is within its byte cap
+# whatever the characters (UTF-8 takes at most 4 bytes for one).
+_SURELY_WITHIN_NAME = MAX_TOOL_CALL_NAME_BYTES // 4
+_SURELY_WITHIN_ID = MAX_TOOL_CALL_ID_BYTES // 4
 
 
 compact_json = _json.compact  # every body and tool message (C guests strstr it)
@@ -52,9 +56,9 @@ def normalize_assistant(
     calls_json: list[JSONDict] = []  # each call's wire form, built in the same pass
     raw_calls = raw.get("tool_calls")
     if raw_calls:
-        if isinstance(raw_calls, dict):
-            raw_calls = [raw_calls]
-        if isinstance(raw_calls, list):
+        if not isinstance(raw_calls, list):  # one call given bare, or junk
+            raw_calls = [raw_calls] if isinstance(raw_calls, dict) else None
+        if raw_calls is not None:
             # One pass over the entries (a reply per loop iteration comes
             # through here). The session's ids are only read: a copy of them
             # would cost every reply time in proportion to the whole conversation.
@@ -72,10 +76,10 @@ def normalize_assistant(
                     continue
                 # The usual shapes (a short name, a short id, string arguments)
                 # are decided here; the helpers handle everything else.
-                if len(name) * 4 > MAX_TOOL_CALL_NAME_BYTES:
+                if len(name) > _SURELY_WITHIN_NAME:
                     name = bounded_name(name)
                 call_id = entry.get("id")
-                if not (isinstance(call_id, str) and len(call_id) * 4 <= MAX_TOOL_CALL_ID_BYTES
+                if not (isinstance(call_id, str) and len(call_id) <= _SURELY_WITHIN_ID
                         and call_id.strip()):
                     call_id = _given_id(call_id)
                 if call_id is None or call_id in fresh or call_id in used_ids:

@@ -133,20 +133,19 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                     run.charge(0, "replies and tool outputs")
                 except HostInterrupt:
                     pass  # noted on the run
-        step = type(action)  # the four are final: no subclass to test for
-        if step is Done or step is Failed:
-            break
-        reason = stops.run_reason()
-        if reason is not None:
-            action = loop.interrupt(reason[0], reason[1])
-            _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
-            break
+        # The four actions are final classes: one identity test tells each
+        # step what it is. Before either step, whatever ends the run
+        # (cancel, deadline, a noted interrupt) ends the send.
         if type(action) is CallTool:
+            reason = stops.run_reason()
+            if reason is not None:
+                action = _interrupt(run, fd, loop, reason)
+                break
             call = action.call
             tool = action.tool
             source = tool.source
             observed = bool(events.sinks)  # building event fields costs ~10 us a call
-            kind = source.kind if source is not None else None
+            kind = source.kind if observed and source is not None else None
             if observed:
                 events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
                             **fields.tool_start(call.id, call.name, action.arguments,
@@ -167,7 +166,12 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
                                               server=tool.origin))
             action = loop.on_tool_result(call.id, outcome, True)
             continue
-        assert type(action) is Complete
+        if type(action) is not Complete:
+            break  # Done or Failed
+        reason = stops.run_reason()
+        if reason is not None:
+            action = _interrupt(run, fd, loop, reason)
+            break
         observed = bool(events.sinks)
         if observed:
             events.emit(ev.COMPLETION_START, fd, iteration=action.iteration,
@@ -226,6 +230,13 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+def _interrupt(run: GuestRun, fd: int, loop: ToolLoop, reason: tuple[str, str]) -> Failed:
+    """End the send for what ends the run; its skipped calls get their events."""
+    failed = loop.interrupt(reason[0], reason[1])
+    _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
+    return failed
 
 
 def _sole_model(backend: Any) -> str:
