@@ -12,13 +12,12 @@ session is left with every tool call of its last assistant message answered
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final, Literal, NoReturn, overload
 
-from spearpy import _json, abi
+from spearpy import abi
 from spearpy.chat.bodies import (
     CACHE_HIT,
     INTERNAL_ERROR,
@@ -48,39 +47,29 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
+from spearpy.chat.registry import ALLOW, DENY
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
-from spearpy.chat.states import TRANSITIONS, LoopEvent, LoopProtocolError, LoopState, next_state
+from spearpy.chat.states import (
+    ON_CALLS_ANSWERED,
+    ON_CALLS_RECEIVED,
+    LoopEvent,
+    LoopProtocolError,
+    LoopState,
+    next_state,
+)
+from spearpy.chat.toolio import cache_key, check_arguments, output_content, unknown_tool
 
-# Tool.approval values (chat/registry.py).
-ALLOW: Final = "allow"
-DENY: Final = "deny"
-ASK: Final = "ask"
-
-# The moves of every iteration, read from the table once: looking a member
-# up on its Enum class costs ~40 ns in Python 3.11, a module global ~5 ns.
+# Module globals for what every iteration reads: a member looked up on its
+# Enum class costs ~40 ns in Python 3.11, a global ~5 ns.
 _ACTING: Final = LoopState.ACTING
 _CALLS_RECEIVED: Final = LoopEvent.CALLS_RECEIVED
 _CALLS_ANSWERED: Final = LoopEvent.CALLS_ANSWERED
-_ON_CALLS: Final = {state: moves[_CALLS_RECEIVED] for state, moves in TRANSITIONS.items()
-                    if _CALLS_RECEIVED in moves}
-_ON_ANSWERED: Final = {state: moves[_CALLS_ANSWERED] for state, moves in TRANSITIONS.items()
-                       if _CALLS_ANSWERED in moves}
-
-_MAX_NAME_IN_MESSAGE = 80
 
 
 class ToolLoop:
-    def __init__(
-        self,
-        session: ChatSession,
-        limits: LoopLimits,
-        *,
-        auto: bool,
-        backend: str,
-        model: str,
-        metrics_enabled: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, session: ChatSession, limits: LoopLimits, *, auto: bool, backend: str,
+                 model: str, metrics_enabled: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.limits = limits
         self.auto = auto
@@ -200,8 +189,8 @@ class ToolLoop:
         call = self._queue.popleft()
         output = outcome.output
         limits = self.limits
-        # The usual answer (a short ASCII output, no result cache) needs none
-        # of _tool_content's checks: ASCII is valid UTF-8, one byte a character.
+        # The usual answer (a short ASCII output, no result cache) is
+        # output_content's first shortcut, taken here without a call.
         if outcome.ok and output.isascii() and len(output) <= limits.max_tool_output_bytes \
                 and not limits.cache_tool_results:
             self._in_flight_key = None
@@ -267,7 +256,7 @@ class ToolLoop:
         self._queue.clear()
         self._queue.extend(calls)
         # The table decides; next_state() only raises for a move it does not list.
-        self.state = _ON_CALLS.get(self.state) or next_state(self.state, _CALLS_RECEIVED)
+        self.state = ON_CALLS_RECEIVED.get(self.state) or next_state(self.state, _CALLS_RECEIVED)
 
     def _advance_calls(self) -> CallTool | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
@@ -276,8 +265,7 @@ class ToolLoop:
             call = self._queue[0]
             tool = self._tools.get(call.name)
             if tool is None:
-                shown = call.name[:_MAX_NAME_IN_MESSAGE]
-                if self._skip(call, abi.TOOL_UNKNOWN, f"no tool named {shown!r} is registered"):
+                if self._skip(call, abi.TOOL_UNKNOWN, unknown_tool(call.name)):
                     return None
                 continue
             if tool.approval != ALLOW:
@@ -289,30 +277,14 @@ class ToolLoop:
                 if call.id not in self._approved:
                     self._hold(call)
                     return None
-            # The arguments: valid JSON, valid for the tool's schema, and for
-            # the cache in canonical form (inlined: every call passes here).
-            try:
-                parsed = _json.loads(call.arguments, allow_nan=False)
-            except ValueError as exc:
-                problem: str | None = f"arguments are not valid JSON: {exc}"
-            else:
-                problem = None
-                if limits.validate_tool_args:
-                    check = tool.check
-                    if not isinstance(parsed, dict):
-                        problem = "arguments must be a JSON object"
-                    elif check is None or not check(parsed):
-                        # jsonschema decides (and explains) whatever the fast path cannot pass.
-                        problem = tool.validate(parsed)
+            parsed, problem = check_arguments(tool, call.arguments, limits.validate_tool_args)
             if problem is not None:
                 if self._skip(call, abi.TOOL_INVALID_ARGUMENTS, problem):
                     return None
                 continue
             key: tuple[str, str] | None = None
             if limits.cache_tool_results:
-                # The cache key: the same call however the model spaced or ordered it.
-                key = (call.name, json.dumps(parsed, sort_keys=True, separators=(",", ":"),
-                                             ensure_ascii=False))
+                key = cache_key(call.name, parsed)
                 cached = self._cache.get(key)
                 if cached is not None:
                     self._queue.popleft()
@@ -341,7 +313,7 @@ class ToolLoop:
             # Every call of the reply is answered (_advance_calls' ending,
             # inlined: the step after each iteration's last tool result).
             # The table decides; next_state() only raises for a move it does not list.
-            self.state = _ON_ANSWERED.get(self.state) or \
+            self.state = ON_CALLS_ANSWERED.get(self.state) or \
                 next_state(self.state, _CALLS_ANSWERED)
         stats = self.stats
         stats.iterations += 1
@@ -374,23 +346,10 @@ class ToolLoop:
 
     def _tool_content(self, outcome: ToolOutcome) -> str:
         key, self._in_flight_key = self._in_flight_key, None
-        if not outcome.ok:
-            return tool_error_content(
-                outcome.error_code or abi.TOOL_EXEC_FAILED, outcome.error_message or ""
-            )
-        try:
-            size = len(outcome.output.encode("utf-8"))
-        except UnicodeEncodeError:
-            return tool_error_content(abi.TOOL_EXEC_FAILED, "tool output is not valid UTF-8")
-        limit = self.limits.max_tool_output_bytes
-        if size > limit:
-            return tool_error_content(
-                abi.TOOL_OUTPUT_TOO_LARGE,
-                f"tool output is {size} bytes, over max_tool_output_bytes ({limit})",
-            )
-        if self.limits.cache_tool_results and key is not None:
-            self._cache[key] = outcome.output  # only successes: failures may be transient
-        return outcome.output
+        content, own = output_content(outcome, self.limits.max_tool_output_bytes)
+        if own and key is not None and self.limits.cache_tool_results:
+            self._cache[key] = content  # only successes: failures may be transient
+        return content
 
     # ---- endings -----------------------------------------------------------
 
@@ -412,7 +371,7 @@ class ToolLoop:
         self._end(Failed(error_body(code, message, self._summary(), status)), LoopEvent.FAIL)
 
     def _end(self, final: Done | Failed, event: LoopEvent) -> None:
-        self._transition(event)
+        self.state = next_state(self.state, event)
         self._final = final
         self.session.last_metrics = metrics(final.body["_spear"]) if self._metrics_enabled \
             else {}
@@ -425,15 +384,11 @@ class ToolLoop:
             self._fail(INTERNAL_ERROR, message)
         raise LoopProtocolError(message)
 
-    def _transition(self, event: LoopEvent) -> None:
-        self.state = next_state(self.state, event)
-
     def _summary(self) -> JSONDict:
         return summary(self.backend, self.model, self.stats, self._clock() - self._started)
 
 
 __all__ = [
-    "ASK",
     "CACHE_HIT",
     "INTERNAL_ERROR",
     "LOOP_ERROR_CODES",

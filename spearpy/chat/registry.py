@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from spearpy import _json, abi
 from spearpy.chat.fastschema import Check, compile_check
@@ -47,6 +47,12 @@ class RegistryError(Exception):
         super().__init__(message)
         self.errno = errno
         self.message = message
+
+
+# Tool.approval values: what the host's policy says of a call of the tool.
+ALLOW: Final = "allow"
+DENY: Final = "deny"
+ASK: Final = "ask"
 
 
 @dataclass(frozen=True)
