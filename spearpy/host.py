@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import wasmtime
 
-from spearpy import abi
+from spearpy import abi, wasi_runtime
 from spearpy._files import atomic_write
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
@@ -141,6 +141,9 @@ class Host:
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
         self._ticker = _EpochTicker(self.engine, self._active)
         self._idle = threading.Condition(self._lock)
+        # Now, while descriptors are to be had: made at the first guest write
+        # instead, without them, wasmtime aborts the process (wasi_runtime.py).
+        wasi_runtime.prime()
 
     # ---- modules -----------------------------------------------------------
 
