@@ -1,5 +1,6 @@
 """What the microphone tests share: espeak-ng speech, the c_mic_read guest
-and the reading of its summary lines."""
+(and its Rust twin rust_mic_read, which prints the same lines) and the
+reading of its summary lines."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
+GUESTS = [GUEST, ROOT / "wasm-samples" / "rust_mic_read.wasm"]
 HANG_GUARD_S = 120  # only against a hung host; nothing asserts on time
 
 
@@ -34,9 +36,10 @@ def fnv(data: bytes) -> str:
     return f"{h:08x}"
 
 
-def run_guest(*args: str, host_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def run_guest(*args: str, host_args: tuple[str, ...] = (),
+              guest: Path = GUEST) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "spearpy", "run", "--quiet", "--no-cache", *host_args,
-           str(GUEST), "--", *args]
+           str(guest), "--", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
                           check=False)
 

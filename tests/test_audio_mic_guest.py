@@ -1,7 +1,8 @@
-"""The microphone end to end (issue 20 part A): the c_mic_read guest under
-`spearpy run` and Host.run, on espeak-ng speech, SPEAR's device request
-served by --mic-file, a client's user stream, the audio budget, and cancel
-and deadline ending an infinite wait."""
+"""The microphone end to end (issue 20 part A): the c_mic_read guest and its
+Rust twin rust_mic_read (spear_guest's Mic) under `spearpy run` and Host.run,
+on espeak-ng speech, SPEAR's device request served by --mic-file, a client's
+user stream, the audio budget, and cancel and deadline ending an infinite
+wait."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
 from spearpy.outcome import Outcome
 from spearpy.streams import ssf
 from spearpy.streams.hub import StreamHub
-from tests.mic_support import GUEST, HANG_GUARD_S, fnv, needs_espeak, run_guest, summary
+from tests.mic_support import GUESTS, HANG_GUARD_S, fnv, needs_espeak, run_guest, summary
 
 pytestmark = needs_espeak
 
 
-def test_the_c_guest_reads_speech_to_hup_at_both_paces(speech: Path) -> None:
+@pytest.fixture(params=GUESTS, ids=lambda p: p.stem)
+def guest(request: pytest.FixtureRequest) -> Path:
+    path: Path = request.param
+    return path
+
+
+def test_the_guest_reads_speech_to_hup_at_both_paces(speech: Path, guest: Path) -> None:
     params = json.dumps({"source": "file", "path": "/audio/speech.wav",
                          "sample_rate_hz": 24000, "frame_ms": 20, "max_queue_bytes": 4096})
     results = {}
     for pace in ("fast", "realtime"):
         proc = run_guest(params, host_args=("--mic-pace", pace, "--dir",
-                                            f"{speech.parent}:/audio"))
+                                            f"{speech.parent}:/audio"), guest=guest)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         results[pace] = summary(proc.stdout)
     fast, realtime = results["fast"], results["realtime"]
@@ -38,18 +45,19 @@ def test_the_c_guest_reads_speech_to_hup_at_both_paces(speech: Path) -> None:
     assert (fast["frames"], fast["fnv"]) == (realtime["frames"], realtime["fnv"])
 
 
-def test_mic_file_stands_in_for_the_device(speech: Path) -> None:
+def test_mic_file_stands_in_for_the_device(speech: Path, guest: Path) -> None:
     """SPEAR's mic_rtasr asks for a device with to_stub false: --mic-file serves it."""
     params = json.dumps({"sample_rate_hz": 24000, "channels": 1, "format": "pcm16",
                          "frame_ms": 20, "source": "device", "fallback": {"to_stub": False}})
-    proc = run_guest(params, host_args=("--mic-file", str(speech), "--mic-pace", "fast"))
+    proc = run_guest(params, host_args=("--mic-file", str(speech), "--mic-pace", "fast"),
+                     guest=guest)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = summary(proc.stdout)
     assert result["end"] == "hup" and result["frames"] > 100
     assert result["status"]["source"] == "file"
 
 
-def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
+def test_a_client_stream_is_the_microphone(make_host: Any, guest: Path) -> None:
     host = make_host(base_url="http://127.0.0.1:9/v1")
     hub = StreamHub()
     pieces = [bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate((1, 333, 640, 97))]
@@ -73,7 +81,7 @@ def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
     # On a thread of its own: a guest deadlocked inside a hostcall would not
     # even reach its deadline, and must fail the test, not hang it.
     runner = threading.Thread(target=lambda: results.append(host.run(
-        GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
+        guest.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":7,"
                              "\"sample_rate_hz\":16000,\"frame_ms\":20}"],
         streams=hub, limits={"timeout": HANG_GUARD_S / 2})), daemon=True)
     runner.start()
@@ -94,10 +102,10 @@ def test_a_client_stream_is_the_microphone(make_host: Any) -> None:
     ({"max_audio_bytes": 6400}, "max_audio_bytes", 10),
     ({"max_audio_seconds": 0.1}, "max_audio_seconds", 5)])
 def test_the_audio_budget_ends_reading(make_host: Any, config: dict[str, Any], limit: str,
-                                       frames: int) -> None:
+                                       frames: int, guest: Path) -> None:
     host = make_host(base_url="http://127.0.0.1:9/v1", **config)
     events: list[Event] = []
-    result = host.run(GUEST.read_bytes(), ["{\"source\":\"stub\",\"sample_rate_hz\":16000,"
+    result = host.run(guest.read_bytes(), ["{\"source\":\"stub\",\"sample_rate_hz\":16000,"
                                            "\"frame_ms\":20}"], on_event=events.append,
                       limits={"timeout": HANG_GUARD_S})
     got = summary(result.stdout.decode())
@@ -109,7 +117,8 @@ def test_the_audio_budget_ends_reading(make_host: Any, config: dict[str, Any], l
 
 
 @pytest.mark.parametrize("how", ["cancel", "timeout"])
-def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str) -> None:
+def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str,
+                                                        guest: Path) -> None:
     """A user-stream mic whose client never comes: the guest waits forever."""
     host = make_host(base_url="http://127.0.0.1:9/v1")
     cancel = threading.Event()
@@ -118,7 +127,7 @@ def test_cancel_and_deadline_end_an_infinite_epoll_wait(make_host: Any, how: str
         if event.kind == RUN_START and how == "cancel":
             threading.Timer(0.3, cancel.set).start()
 
-    result = host.run(GUEST.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":1}"],
+    result = host.run(guest.read_bytes(), ["{\"source\":\"user_stream\",\"stream_id\":1}"],
                       streams=StreamHub(), cancel=cancel, on_event=on_event,
                       limits={"timeout": 0.5 if how == "timeout" else HANG_GUARD_S})
     assert result.outcome is (Outcome.CANCELLED if how == "cancel" else Outcome.TIMEOUT)

@@ -3,7 +3,8 @@
 Every manifest entry goes through the real CLI (`spearpy run`, a subprocess)
 against its scripted model and must exit with `expect_exit` and print each
 `expect_stdout` line. The tool_sum agents in C (raw ABI, arena), C (SDK,
-allocator) and Rust must produce the same upstream transcript. Hostile
+allocator) and Rust must produce the same upstream transcript, and so must
+the two mcp_time agents (C and Rust), which narrow MCP to one tool. Hostile
 samples must end the way the host's limits say, and leave the host usable.
 """
 
@@ -29,6 +30,7 @@ BY_NAME = {s["name"]: s for s in MANIFEST}
 FIELDS = {"name", "wasm", "source", "sha256", "demonstrates", "script", "expect_exit",
           "expect_stdout", "args", "host_args", "hostile"}
 TOOL_SUM = ["c_tool_sum", "c_tool_sum_sdk", "rust_tool_sum"]
+MCP_TIME = ["c_mcp_time", "rust_mcp_time"]
 # Only a guard against a hung host; no test asserts on time.
 HANG_GUARD_S = 300
 
@@ -99,7 +101,7 @@ def upstream_transcript(name: str) -> list[dict[str, Any]]:
     sample = BY_NAME[name]
     with ScriptedServer(ROOT / sample["script"]) as server:
         proc = spearpy_run("--base-url", server.base_url, "--model", "scripted",
-                           "--max-retries", "0", sample["wasm"])
+                           "--max-retries", "0", *sample["host_args"], sample["wasm"])
         assert proc.returncode == 0, proc.stdout + proc.stderr
         bodies = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
     assert all(b is not None for b in bodies)
@@ -118,6 +120,31 @@ def test_tool_sum_agents_send_the_same_requests() -> None:
     assert not any("tool_arena" in json.dumps(b) for b in reference)
     for name in TOOL_SUM[1:]:
         assert transcripts[name] == reference, name
+
+
+def test_mcp_time_agents_narrow_mcp_alike() -> None:
+    """The run allows the time server's two tools; each guest narrows them to
+    get_* on its session (C: sp_mcp_select, Rust: Session::mcp_allow_tools)."""
+    transcripts = {name: upstream_transcript(name) for name in MCP_TIME}
+    reference = transcripts["c_mcp_time"]
+    assert len(reference) == 2, reference  # ask -> MCP tool call, its result -> answer
+    first, second = reference
+    assert [t["function"]["name"] for t in first["tools"]] == [
+        "mcp__dGltZQ__Z2V0X2N1cnJlbnRfdGltZQ"]  # get_current_time; convert_time narrowed away
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "tool"]
+    # The tool result holds the current time: compare everything but that.
+    for name in MCP_TIME:
+        result = json.loads(transcripts[name][1]["messages"][-1]["content"])
+        assert result["timezone"] == "UTC" and result.pop("datetime"), name
+        transcripts[name][1]["messages"][-1]["content"] = result
+    assert transcripts["rust_mcp_time"] == reference
+
+
+@pytest.mark.parametrize("name", MCP_TIME)
+def test_mcp_time_on_a_run_without_mcp_hears_eacces(name: str) -> None:
+    proc = run_sample({**BY_NAME[name], "host_args": []})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "mcp: not allowed by the run's task" in proc.stdout
 
 
 # ---- hostile guests: the host's limits decide, and the host stays up ------------------

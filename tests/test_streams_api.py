@@ -1,5 +1,6 @@
 """User streams for an embedder: Host.start(streams=True), handle.open_stream,
-send/recv and their async forms, and the events and metrics a stream run leaves."""
+send/recv and their async forms, and the events and metrics a stream run leaves.
+The echo guest runs as the C sample and as its Rust twin."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from spearpy.streams import StreamClosed, StreamHub, StreamLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 ECHO = ROOT / "wasm-samples" / "c_user_stream_echo.wasm"
+ECHOES = [ECHO, ROOT / "wasm-samples" / "rust_user_stream_echo.wasm"]
+each_echo = pytest.mark.parametrize("echo", ECHOES, ids=lambda p: p.stem)
 CHAT = ROOT / "wasm-samples" / "c_stream_chat.wasm"
 
 
-def test_send_recv_close_through_a_run_handle(make_host: Any) -> None:
+@each_echo
+def test_send_recv_close_through_a_run_handle(make_host: Any, echo: Path) -> None:
     host = make_host()
     events: list[Event] = []
     registry = CollectorRegistry()
-    handle = host.start(ECHO, streams=True, on_event=FanOut(events.append, Metrics(registry)))
+    handle = host.start(echo, streams=True, on_event=FanOut(events.append, Metrics(registry)))
     one, two = handle.open_stream(1), handle.open_stream(2)
     one.send(b"hello", meta={"lang": "en"})
     two.send(b"there")
@@ -59,9 +63,10 @@ def test_send_recv_close_through_a_run_handle(make_host: Any) -> None:
     assert sample("spearpy_stream_sessions_total", client="api", end="closed") == 1
 
 
-def test_async_send_and_recv(make_host: Any) -> None:
+@each_echo
+def test_async_send_and_recv(make_host: Any, echo: Path) -> None:
     host = make_host()
-    handle = host.start(ECHO, streams=True)
+    handle = host.start(echo, streams=True)
 
     async def talk() -> list[bytes]:
         stream = handle.open_stream(5)
@@ -75,11 +80,12 @@ def test_async_send_and_recv(make_host: Any) -> None:
     assert handle.result(timeout=30).exit_code == 0
 
 
-def test_a_full_queue_holds_send_back_with_a_timeout(make_host: Any) -> None:
+@each_echo
+def test_a_full_queue_holds_send_back_with_a_timeout(make_host: Any, echo: Path) -> None:
     host = make_host()
     hub = StreamHub(StreamLimits(max_queue_frames=2, max_frame_bytes=1024,
                                  max_queue_bytes=4096))
-    handle = host.start(ECHO, streams=hub)
+    handle = host.start(echo, streams=hub)
     stream = handle.open_stream(1)
     # Nobody reads the echoes: the guest stops at -EAGAIN, then stops reading.
     sent = 0
@@ -121,15 +127,17 @@ def test_open_stream_needs_streams(make_host: Any) -> None:
         make_host().run(ROOT / "wasm-samples" / "c_hello.wasm", ["hi"], streams=hub)
 
 
-def test_a_guest_waiting_for_a_client_honours_deadline_and_cancel(make_host: Any) -> None:
+@each_echo
+def test_a_guest_waiting_for_a_client_honours_deadline_and_cancel(make_host: Any,
+                                                                  echo: Path) -> None:
     import time
 
     host = make_host()
     started = time.monotonic()
-    result = host.run(ECHO, streams=StreamHub(), limits={"timeout": 0.5})
+    result = host.run(echo, streams=StreamHub(), limits={"timeout": 0.5})
     assert (result.outcome, result.exit_code) == ("timeout", 124)
     assert time.monotonic() - started < 5
-    handle = host.start(ECHO, streams=True)
+    handle = host.start(echo, streams=True)
     handle.open_stream(1).send(b"connected, then nothing")
     time.sleep(0.2)
     handle.cancel()

@@ -1,5 +1,6 @@
 """`spearpy run --stream-stdio` as a user runs it: a real subprocess, stdin
-lines in, the guest's frames out, exit when the guest ends."""
+lines in, the guest's frames out, exit when the guest ends. The echo runs as
+the C sample and as its Rust twin."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 ECHO = ROOT / "wasm-samples" / "c_user_stream_echo.wasm"
+ECHOES = [ECHO, ROOT / "wasm-samples" / "rust_user_stream_echo.wasm"]
+each_echo = pytest.mark.parametrize("echo", ECHOES, ids=lambda p: p.stem)
 CHAT = ROOT / "wasm-samples" / "c_stream_chat.wasm"
 CHAT_SCRIPT = ROOT / "wasm-samples" / "scripts" / "stream_chat.json"
 HANG_GUARD_S = 120
@@ -20,16 +25,18 @@ def spearpy(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes
                           check=False, cwd=ROOT)
 
 
-def test_hello_comes_back_and_the_run_exits_0() -> None:
-    proc = spearpy("run", "--no-cache", str(ECHO), "--stream-stdio", stdin=b"hello\n")
+@each_echo
+def test_hello_comes_back_and_the_run_exits_0(echo: Path) -> None:
+    proc = spearpy("run", "--no-cache", str(echo), "--stream-stdio", stdin=b"hello\n")
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"hello\n"
     assert b"session closed: 1 frames echoed" in proc.stderr
 
 
-def test_many_lines_come_back_in_order_through_small_queues() -> None:
+@each_echo
+def test_many_lines_come_back_in_order_through_small_queues(echo: Path) -> None:
     lines = b"".join(b"line %05d %s\n" % (i, b"x" * (i % 300)) for i in range(3000))
-    proc = spearpy("run", "--no-cache", str(ECHO), "--stream-stdio", "--stream-id", "77",
+    proc = spearpy("run", "--no-cache", str(echo), "--stream-stdio", "--stream-id", "77",
                    stdin=lines)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert proc.stdout == lines
@@ -45,8 +52,9 @@ def test_a_question_gets_the_tool_loop_answer_streamed_back() -> None:
     assert b"session closed: 2 questions answered" in proc.stderr
 
 
-def test_without_a_stream_source_the_guest_hears_enotconn() -> None:
-    proc = spearpy("run", "--no-cache", str(ECHO))
+@each_echo
+def test_without_a_stream_source_the_guest_hears_enotconn(echo: Path) -> None:
+    proc = spearpy("run", "--no-cache", str(echo))
     assert proc.returncode == 1
     assert b"user_stream_ctl_open failed: -107" in proc.stdout
 

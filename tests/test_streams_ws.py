@@ -1,5 +1,6 @@
 """User streams through `spearpy serve`: a real uvicorn on 127.0.0.1, a real
-WebSocket client (`websockets`), the C guests in wasm-samples/."""
+WebSocket client (`websockets`), the guests in wasm-samples/: the echo's data
+path runs for the C sample and its Rust twin (spear_guest's Stream API)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "wasm-samples"
 SUBPROTOCOL = "spear.stream.v1"
 LIMITS = StreamLimits(max_frame_bytes=64 << 10, max_queue_bytes=256 << 10, max_queue_frames=64)
+ECHOES = ["c_user_stream_echo", "rust_user_stream_echo"]
+each_echo = pytest.mark.parametrize("echo", ECHOES)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServe
     where = tmp_path_factory.mktemp("streams")
     mods = where / "modules"
     mods.mkdir()
-    for name in ("c_user_stream_echo", "c_stream_chat", "c_hello"):
+    for name in (*ECHOES, "c_stream_chat", "c_hello"):
         shutil.copy(SAMPLES / f"{name}.wasm", mods / f"{name}.wasm")
     host = Host(backend=f"scripted:{SAMPLES / 'scripts' / 'stream_chat.json'}",
                 model="scripted", cache_dir=None, max_retries=0, timeout=120)
@@ -93,8 +96,9 @@ async def recv_frame(ws: ClientConnection, timeout: float = 10.0) -> ssf.Frame:
 # ---- the data path ---------------------------------------------------------------------
 
 
-def test_frames_come_back_in_order_with_seq_preserved(client: httpx.Client) -> None:
-    run_id = start_run(client)
+@each_echo
+def test_frames_come_back_in_order_with_seq_preserved(client: httpx.Client, echo: str) -> None:
+    run_id = start_run(client, echo)
     url = session(client, run_id)["ws_url"]  # as SPEAR's gateway gives it: token in the query
     sent = [ssf.build(1, 1000 + i, bytes([i % 256]) * (i * 37 % 3000), b'{"i":%d}' % i)
             for i in range(200)]
@@ -122,8 +126,9 @@ def test_frames_come_back_in_order_with_seq_preserved(client: httpx.Client) -> N
     assert "stream_open" in kinds and "stream_session" in kinds
 
 
-def test_two_streams_at_once_each_keep_their_order(client: httpx.Client) -> None:
-    run_id = start_run(client)
+@each_echo
+def test_two_streams_at_once_each_keep_their_order(client: httpx.Client, echo: str) -> None:
+    run_id = start_run(client, echo)
     token = session(client, run_id)["token"]
     url = f"ws://127.0.0.1:{client.base_url.port}/api/v1/executions/{run_id}/streams/ws"
 
@@ -163,8 +168,9 @@ def test_a_streamed_question_gets_the_tool_loop_answer(client: httpx.Client) -> 
     assert run["usage"]["total_tokens"] > 0
 
 
-def test_client_disconnect_is_a_hangup_for_the_guest(client: httpx.Client) -> None:
-    run_id = start_run(client)
+@each_echo
+def test_client_disconnect_is_a_hangup_for_the_guest(client: httpx.Client, echo: str) -> None:
+    run_id = start_run(client, echo)
     url = session(client, run_id)["ws_url"]
 
     async def hang_up() -> None:
@@ -268,9 +274,11 @@ def test_the_websocket_log_line_hides_the_token(server: BackgroundServer) -> Non
     (ssf.build(1, 1, b"abc")[:-1], 1008, "meta_len 0 + data_len 3"),
     (ssf.build(1, 1, b"x" * (LIMITS.max_frame_bytes + 1)), 1009, "over the"),
 ])
+@each_echo
 def test_a_malformed_frame_closes_the_client_with_a_reason(client: httpx.Client, raw: bytes,
-                                                           code: int, reason: str) -> None:
-    run_id = start_run(client)
+                                                           code: int, reason: str,
+                                                           echo: str) -> None:
+    run_id = start_run(client, echo)
     url = session(client, run_id)["ws_url"]
 
     async def send_bad() -> ConnectionClosed:
@@ -291,9 +299,10 @@ def test_a_malformed_frame_closes_the_client_with_a_reason(client: httpx.Client,
     assert drops and drops[0]["reason"] == "malformed"
 
 
+@each_echo
 def test_a_client_that_never_reads_holds_the_guest_not_the_memory(
-        client: httpx.Client, server: BackgroundServer) -> None:
-    run_id = start_run(client)
+        client: httpx.Client, server: BackgroundServer, echo: str) -> None:
+    run_id = start_run(client, echo)
     url = session(client, run_id)["ws_url"]
     frame = ssf.build(1, 1, b"z" * (16 << 10))
     hubs = server.app.state.service.streams.hubs
