@@ -3,6 +3,8 @@ wasmtime, httpx, pydantic-settings or structlog at start-up for help."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import subprocess
 import sys
 
@@ -69,3 +71,26 @@ def test_the_version_is_the_installed_one() -> None:
                           text=True, timeout=60, check=True)
     assert spearpy.__version__ == version("spearpy")
     assert done.stdout.strip().endswith(f"version {version('spearpy')}")
+
+
+_FREEZE_PROBE = """
+import atexit, gc, sys
+atexit.register(lambda: print("FROZEN", gc.get_freeze_count() > 0))
+sys.argv = ["spearpy", "--version"]
+from spearpy.cli import main
+main()
+"""
+
+
+def test_only_the_process_entry_freezes_the_collector_for_teardown() -> None:
+    # The `spearpy` process ends with gc.freeze(): interpreter teardown then
+    # skips the collector's passes over every module (spearpy/cli/__init__.py).
+    done = subprocess.run([sys.executable, "-c", _FREEZE_PROBE], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert "FROZEN True" in done.stdout
+    # Called with arguments (tests, CliRunner, an embedder), main() leaves the
+    # caller's collector alone.
+    before = gc.get_freeze_count()
+    with contextlib.suppress(SystemExit):
+        main(["--version"])
+    assert gc.get_freeze_count() == before

@@ -7,7 +7,9 @@ progress bar or the demo's samples at start-up.
 
 from __future__ import annotations
 
+import gc
 import importlib
+from typing import Any
 
 import click
 
@@ -41,6 +43,29 @@ _COMMANDS = {
 
 
 class _LazyGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """click's main; when it runs the process's own command line, the
+        interpreter's teardown skips the garbage collector's passes."""
+        given = args[0] if args else kwargs.get("args")
+        standalone = args[3] if len(args) > 3 else kwargs.get("standalone_mode", True)
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            if given is None and standalone:
+                # No arguments given: click read sys.argv, so this is the
+                # `spearpy` (or `python -m spearpy`) process itself, and in
+                # standalone mode main() only ends by exiting. Freezing moves
+                # every object out of the collector's reach: the collections
+                # interpreter shutdown runs over the ~420 modules pydantic,
+                # wasmtime and click bring in cost ~30 ms of `spearpy run`
+                # (about what all of spearpy's own imports cost), and the memory
+                # goes back to the system in one piece either way. atexit
+                # handlers still run (log files, spans) and module teardown
+                # still releases what it holds; only garbage in reference
+                # cycles is left unfinalised, as CPython permits at exit.
+                # A caller passing arguments (tests, CliRunner) is unaffected.
+                gc.freeze()
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *_COMMANDS})
 
