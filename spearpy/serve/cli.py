@@ -43,6 +43,11 @@ from spearpy.serve.config import (
               help="seconds runs may finish in at SIGTERM/SIGINT before they are cancelled")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True,
               type=click.IntRange(1024), help="largest request body (413 beyond)")
+@click.option("--max-connections", type=click.IntRange(1), default=None,
+              help="open connections before new ones are closed unanswered "
+                   "[half the file descriptor limit]")
+@click.option("--head-timeout", default=10.0, show_default=True, type=click.FloatRange(0.1),
+              help="seconds a request's head may take to arrive")
 @click.option("--allow-model", "allow_models", multiple=True,
               help="a model a request may pick (repeatable; default: none)")
 @click.option("--allow-backend", "allow_backends", multiple=True,
@@ -54,18 +59,20 @@ from spearpy.serve.config import (
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
           max_concurrent: int, executor: str | None, workers: int | None,
           ray_address: str | None,
-          grace: float, max_body_bytes: int,
-          allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
+          grace: float, max_body_bytes: int, max_connections: int | None,
+          head_timeout: float, allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
           no_event_content: bool, access_log: bool, **options: Any) -> None:
     """Run agents from MODULES as a service: an HTTP API, live events and a web page.
 
     The backend and limit options are those of `spearpy run`; the limits are
     each run's defaults and maxima (a request may only lower them)."""
     from spearpy.serve.app import create_app
+    from spearpy.serve.connections import raise_fd_limit
     from spearpy.serve.server import serve as serve_app
     from spearpy.serve.store import StoreLocked
 
     token = token_from_env(token)
+    raise_fd_limit()  # before the default max_connections is read from it
     if ray_address and executor is not None:
         raise click.UsageError("--ray is an executor of its own: leave out --executor")
     try:
@@ -76,7 +83,9 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
                              executor="ray" if ray_address else executor or "auto",
                              workers=workers,
                              ray_address=ray_address,
-                             max_body_bytes=max_body_bytes, allow_models=allow_models,
+                             max_body_bytes=max_body_bytes,
+                             max_connections=max_connections, head_timeout=head_timeout,
+                             allow_models=allow_models,
                              allow_backends=allow_backends, event_content=not no_event_content)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -29,6 +29,11 @@ class ServeConfig:
     max_concurrent: int = 8
     grace: float = 10.0  # seconds runs may finish in at shutdown before they are cancelled
     max_body_bytes: int = 1 << 20
+    # Open connections (event streams included) before new ones are closed
+    # unanswered; None = half the process's file descriptor limit. And how
+    # long a request head may take to arrive (serve/connections.py).
+    max_connections: int | None = None
+    head_timeout: float = 10.0
     # Models and backends a request may pick; empty = the operator's choice only.
     allow_models: tuple[str, ...] = ()
     allow_backends: tuple[str, ...] = ()
@@ -58,6 +63,10 @@ class ServeConfig:
             raise ValueError("grace must not be negative")
         if self.max_body_bytes < 1024:
             raise ValueError("max_body_bytes must be at least 1024")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        if self.head_timeout <= 0:
+            raise ValueError("head_timeout must be positive")
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, "
                              f"not {self.executor!r}")
