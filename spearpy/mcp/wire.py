@@ -25,6 +25,10 @@ import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from spearpy.serve.connections import bounded_h11, default_max_connections
+
+_HEAD_TIMEOUT_S = 10.0
+
 
 async def serve_stdio(server: Server[Any], fds: tuple[int, int]) -> None:
     """Serve over the (stdin, stdout) fds `claim_stdio` kept, until the
@@ -42,9 +46,11 @@ async def serve_http(server: Server[Any], sock: socket.socket) -> None:
     """Serve streamable HTTP at /mcp on a bound socket until a signal. The
     SDK's DNS-rebinding protection is on for a loopback address."""
     app = server.streamable_http_app(host=sock.getsockname()[0])
-    # h11, never httptools: it bounds a request's head (docs/serve.md).
-    web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on", http="h11",
-                                  timeout_graceful_shutdown=2))
+    # h11 with the service's bounds: a head's size and time, a connection cap
+    # (spearpy/serve/connections.py says why).
+    web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                  http=bounded_h11(default_max_connections(), _HEAD_TIMEOUT_S),
+                                  backlog=128, timeout_graceful_shutdown=2))
     with _stop_on_signals(lambda: setattr(web, "should_exit", True)):
         await web.serve(sockets=[sock])
 
