@@ -73,21 +73,27 @@ def test_the_version_is_the_installed_one() -> None:
     assert done.stdout.strip().endswith(f"version {version('spearpy')}")
 
 
-_FREEZE_PROBE = """
+_GC_PROBE = """
 import atexit, gc, sys
-atexit.register(lambda: print("FROZEN", gc.get_freeze_count() > 0))
-sys.argv = ["spearpy", "--version"]
+import spearpy.cli.show
+seen = []
+# The command as it runs: is the collector on?
+spearpy.cli.show.show.callback = lambda **_: seen.append(gc.isenabled())
+atexit.register(lambda: print("DURING", seen, "FROZEN", gc.get_freeze_count() > 0))
+sys.argv = ["spearpy", "show", "t.json"]
 from spearpy.cli import main
 main()
 """
 
 
-def test_only_the_process_entry_freezes_the_collector_for_teardown() -> None:
-    # The `spearpy` process ends with gc.freeze(): interpreter teardown then
-    # skips the collector's passes over every module (spearpy/cli/__init__.py).
-    done = subprocess.run([sys.executable, "-c", _FREEZE_PROBE], capture_output=True,
+def test_the_process_entry_pauses_the_collector_for_imports_and_teardown_only() -> None:
+    # The `spearpy` process holds the collector off while the command's
+    # module imports, then freezes what exists and collects again while the
+    # command runs (a long run or serve must not pile up garbage), and freezes
+    # everything at exit so teardown skips the collections (spearpy/cli/__init__.py).
+    done = subprocess.run([sys.executable, "-c", _GC_PROBE], capture_output=True,
                           text=True, timeout=60, check=True)
-    assert "FROZEN True" in done.stdout
+    assert "DURING [True] FROZEN True" in done.stdout, done.stdout + done.stderr
     # Called with arguments (tests, CliRunner, an embedder), main() leaves the
     # caller's collector alone.
     before = gc.get_freeze_count()

@@ -43,28 +43,50 @@ _COMMANDS = {
 
 
 class _LazyGroup(click.Group):
+    # Set while main() holds the collector off for the command's imports.
+    _gc_paused = False
+
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """click's main; when it runs the process's own command line, the
-        interpreter's teardown skips the garbage collector's passes."""
+        collector sits out the start-up imports and the interpreter's teardown.
+
+        No arguments given means click reads sys.argv: this is the `spearpy`
+        (or `python -m spearpy`) process itself, and in standalone mode main()
+        only ends by exiting. A caller passing arguments (tests, CliRunner,
+        an embedder) keeps its collector exactly as it was.
+
+        Start-up imports ~420 modules (pydantic, wasmtime, click and their
+        kin): with the collector on, the objects they create trigger repeated
+        collections over a growing heap (~10 ms of `spearpy run`), and at exit
+        the interpreter's teardown collects over all of it again (~30 ms).
+        Module-level objects live as long as the process, so the collector
+        has nothing to find in them: it is paused until the command's module
+        is imported, what exists then is frozen (never scanned again; the
+        gc.freeze documentation's disable/freeze/enable pattern), and all is
+        frozen again at exit. atexit handlers still run (log files, spans)
+        and module teardown still releases what it holds; only garbage left
+        in reference cycles at exit goes unfinalised, as CPython permits.
+        """
         given = args[0] if args else kwargs.get("args")
         standalone = args[3] if len(args) > 3 else kwargs.get("standalone_mode", True)
+        entry = given is None and standalone and gc.isenabled()
+        if entry:
+            gc.disable()
+            self._gc_paused = True
         try:
             return super().main(*args, **kwargs)
         finally:
-            if given is None and standalone:
-                # No arguments given: click read sys.argv, so this is the
-                # `spearpy` (or `python -m spearpy`) process itself, and in
-                # standalone mode main() only ends by exiting. Freezing moves
-                # every object out of the collector's reach: the collections
-                # interpreter shutdown runs over the ~420 modules pydantic,
-                # wasmtime and click bring in cost ~30 ms of `spearpy run`
-                # (about what all of spearpy's own imports cost), and the memory
-                # goes back to the system in one piece either way. atexit
-                # handlers still run (log files, spans) and module teardown
-                # still releases what it holds; only garbage in reference
-                # cycles is left unfinalised, as CPython permits at exit.
-                # A caller passing arguments (tests, CliRunner) is unaffected.
+            if entry:
                 gc.freeze()
+
+    def _resume_gc(self) -> None:
+        """The command's imports are done: what they built is frozen, and the
+        collector runs again for the command itself (a long `run` or `serve`
+        must not pile up garbage)."""
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.freeze()
+            gc.enable()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *_COMMANDS})
@@ -72,7 +94,10 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _COMMANDS:
             module, attr, _ = _COMMANDS[cmd_name]
-            command = getattr(importlib.import_module(module), attr)
+            try:
+                command = getattr(importlib.import_module(module), attr)
+            finally:
+                self._resume_gc()
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 
