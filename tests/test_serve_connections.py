@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,3 +125,15 @@ def test_the_default_cap_is_half_the_descriptor_limit() -> None:
 
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert default_max_connections() == max(64, soft // 2)
+
+
+def test_spearpy_serve_lifts_the_soft_descriptor_limit() -> None:
+    # In a child with a lowered soft limit: this process's limits stay as they are.
+    script = ("import resource\n"
+              "from spearpy.serve.connections import raise_fd_limit\n"
+              "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+              "print(raise_fd_limit() == hard == resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "True", done.stderr
