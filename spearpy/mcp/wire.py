@@ -25,7 +25,7 @@ import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from spearpy.serve.connections import bounded_h11, default_max_connections
+from spearpy.serve.connections import connection_options
 
 _HEAD_TIMEOUT_S = 10.0
 
@@ -49,8 +49,8 @@ async def serve_http(server: Server[Any], sock: socket.socket) -> None:
     # h11 with the service's bounds: a head's size and time, a connection cap
     # (spearpy/serve/connections.py says why).
     web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                  http=bounded_h11(default_max_connections(), _HEAD_TIMEOUT_S),
-                                  backlog=128, timeout_graceful_shutdown=2))
+                                  timeout_graceful_shutdown=2,
+                                  **connection_options(None, _HEAD_TIMEOUT_S)))
     with _stop_on_signals(lambda: setattr(web, "should_exit", True)):
         await web.serve(sockets=[sock])
 

@@ -99,6 +99,10 @@ def bounded_h11(max_connections: int, head_timeout: float) -> type[H11Protocol]:
     return _BoundedH11
 
 
-def protocol_options(max_connections: int | None, head_timeout: float) -> dict[str, Any]:
-    """uvicorn.Config options for the bounded protocol."""
-    return {"http": bounded_h11(max_connections or default_max_connections(), head_timeout)}
+def connection_options(max_connections: int | None, head_timeout: float) -> dict[str, Any]:
+    """uvicorn.Config options for these bounds (max_connections None: the default)."""
+    # asyncio accepts up to `backlog` connections per wake-up before the
+    # protocol sees any; uvicorn's 2048 let one burst take that many
+    # descriptors past max_connections.
+    return {"http": bounded_h11(max_connections or default_max_connections(), head_timeout),
+            "backlog": 128}

@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from spearpy.serve.connections import protocol_options
+from spearpy.serve.connections import connection_options
 from spearpy.streams.limits import StreamLimits
 
 # The event stream takes the token in its query (EventSource sends no
@@ -49,11 +49,9 @@ def _uvicorn_config(app: Starlette, host: str, port: int, grace: float,
     # Bounded further: how many connections, how long a head may take.
     if "http" not in options:
         config = app.state.service.config
-        options.update(protocol_options(config.max_connections, config.head_timeout))
-    # asyncio accepts up to `backlog` connections per wake-up before any is
-    # seen by the protocol; uvicorn's 2048 let a burst take that many
-    # descriptors past max_connections at once.
-    options.setdefault("backlog", 128)
+        for key, value in connection_options(config.max_connections,
+                                             config.head_timeout).items():
+            options.setdefault(key, value)
     return uvicorn.Config(app, host=host, port=port, lifespan="on",
                           timeout_graceful_shutdown=int(grace) + 15, **options)
 
