@@ -24,7 +24,7 @@ not an unrelated error body at the guest's first send.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -35,6 +35,7 @@ from spearpy.backends.config_file import (
     default_config_path,
     load_config,
 )
+from spearpy.backends.routing.spec import AliasSpec, RoutingSpec, first_error
 from spearpy.config import url_problem
 from spearpy.errors import ConfigError
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
     from spearpy.backends.replay import ReplayCursor
     from spearpy.backends.router import Lookup, Router
-    from spearpy.backends.routing.spec import AliasSpec, RoutingSpec
     from spearpy.config import HostConfig
 
 _SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
@@ -67,9 +67,7 @@ class BackendCatalog:
         self.default = default
         self.defaults = defaults
         self.replay = replay  # set when the whole host replays one cassette
-        # None until asked for when nothing routes: the routing models are
-        # imported only for a host that has aliases or routes.
-        self._routing = routing
+        self.routing = routing or RoutingSpec()  # not `active`: no router at all
         self.writer: CassetteWriter | None = None
         if record:
             from spearpy.backends.cassette import CassetteWriter
@@ -86,15 +84,6 @@ class BackendCatalog:
         resolved = _resolve(config)
         return cls(resolved.specs, resolved.default, defaults, record=record,
                    replay=resolved.cursor, routing=resolved.routing)
-
-    @property
-    def routing(self) -> RoutingSpec:
-        """The aliases, routes and breaker settings (not `active`: no router)."""
-        if self._routing is None:
-            from spearpy.backends.routing.spec import RoutingSpec
-
-            self._routing = RoutingSpec()
-        return self._routing
 
     @property
     def names(self) -> list[str]:
@@ -125,7 +114,7 @@ class BackendCatalog:
     def router(self, lookup: Lookup) -> Router | None:
         """The host's router over `lookup` (the host's backends by name), or
         None when nothing is routed: no aliases and no routes."""
-        if self._routing is None or not self._routing.active:
+        if not self.routing.active:
             return None
         from spearpy.backends.router import Router
 
@@ -214,7 +203,7 @@ class _Resolved:
     specs: dict[str, BackendSpec]
     default: str
     cursor: ReplayCursor | None = None  # a whole-host replay's
-    routing: RoutingSpec | None = None  # None: no aliases or routes from anywhere
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
 
 
 def _resolve(config: HostConfig) -> _Resolved:
@@ -233,7 +222,7 @@ def _resolve(config: HostConfig) -> _Resolved:
                 from None
         default = cursor.data.get("default") or next(iter(cursor.data["backends"]), "replay")
         names = {*cursor.data["backends"], default}
-        routing = _with_aliases(loaded.routing, _flag_aliases(config, None))
+        routing = loaded.routing.with_aliases(_flag_aliases(config, None))
         return _Resolved({n: BackendSpec(kind="replay", cassette=cursor.path) for n in names},
                          default, cursor, routing)
     specs, default = loaded.specs, loaded.default
@@ -252,32 +241,15 @@ def _resolve(config: HostConfig) -> _Resolved:
         default = "openai"
     for name, spec in specs.items():
         _check_spec(spec, where[name])
-    if loaded.routing is not None:
-        loaded.routing.check_backends(set(specs), file_label)
-    routing = _with_aliases(loaded.routing, _flag_aliases(config, set(specs)))
+    loaded.routing.check_backends(set(specs), file_label)
+    routing = loaded.routing.with_aliases(_flag_aliases(config, set(specs)))
     return _Resolved(specs, default, None, routing)
-
-
-def _with_aliases(routing: RoutingSpec | None,
-                  aliases: dict[str, AliasSpec]) -> RoutingSpec | None:
-    """The file's routing with the flags' aliases over it (None: neither has any)."""
-    if not aliases:
-        return routing
-    if routing is None:
-        from spearpy.backends.routing.spec import RoutingSpec
-
-        routing = RoutingSpec()
-    return routing.with_aliases(aliases)
 
 
 def _flag_aliases(config: HostConfig, known: set[str] | None) -> dict[str, AliasSpec]:
     """HostConfig.model_aliases (`--model-alias NAME=BACKEND[:MODEL]`), each
     naming a backend in `known` (None: not checked)."""
     aliases: dict[str, AliasSpec] = {}
-    if not config.model_aliases:
-        return aliases
-    from spearpy.backends.routing.spec import AliasSpec, first_error
-
     for model, target in config.model_aliases.items():
         where = f"model alias {model}={target} (--model-alias, SPEARPY_MODEL_ALIASES)"
         try:

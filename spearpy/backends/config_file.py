@@ -25,26 +25,25 @@ table belongs to spearpy.mcp.
 
 The whole file is validated when the host starts, so a typo fails at once
 with the offending key named, not at the guest's first send. Without a file
-this module imports neither the TOML parser nor the routing models: most
-runs have no file, and start-up pays for every import.
+the TOML parser is not imported: most runs have no file, and start-up pays
+for every import.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spearpy.backends.quirks import PROFILES, quirk_profile
+from spearpy.backends.routing.spec import TABLES as ROUTING_TABLES
+from spearpy.backends.routing.spec import RoutingSpec, parse_routing
 from spearpy.errors import ConfigError
 from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
-
-if TYPE_CHECKING:
-    from spearpy.backends.routing.spec import RoutingSpec
 
 Kind = Literal["openai", "anthropic", "scripted", "replay"]
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -53,6 +52,8 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "anthropic": "https://api.anthropic.com/v1",
 }
 DEFAULT_KEY_ENVS: dict[str, str] = {"openai": OPENAI_KEY_ENV, "anthropic": ANTHROPIC_KEY_ENV}
+# `mcp` is read by spearpy.mcp (record dirs and servers), not here.
+TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp", "task")
 
 
 class BackendSpec(BaseModel):
@@ -115,7 +116,7 @@ def default_config_path() -> Path:
 class ConfigFile:
     specs: dict[str, BackendSpec]
     default: str | None = None
-    routing: RoutingSpec | None = None  # None: no file, so nothing routed
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
 
 
 def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
@@ -132,9 +133,7 @@ def load_config(path: Path | None) -> ConfigFile:
     path = path if path is not None else default_config_path()
     if not explicit and not path.is_file():
         return ConfigFile({})
-    import tomllib
-
-    from spearpy.backends.routing.spec import parse_routing
+    import tomllib  # only for a file
 
     try:
         with path.open("rb") as fh:
@@ -148,15 +147,11 @@ def load_config(path: Path | None) -> ConfigFile:
 
 
 def parse_config(raw: dict[str, object], path: Path) -> tuple[dict[str, BackendSpec], str | None]:
-    from spearpy.backends.routing.spec import TABLES as ROUTING_TABLES
-
     where = f"config file {str(path)!r}"
-    # `mcp` is read by spearpy.mcp (record dirs and servers), not here.
-    top_level = ("default", "backends", *ROUTING_TABLES, "mcp", "task")
-    unknown = sorted(set(raw) - set(top_level))
+    unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: "
-                          f"{', '.join(top_level)}")
+                          f"{', '.join(TOP_LEVEL)}")
     tables = raw.get("backends", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: `backends` must be a table of [backends.NAME] tables")
