@@ -6,8 +6,10 @@ large module vs loading it from the disk cache."""
 from __future__ import annotations
 
 import compileall
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,8 @@ import time
 from pathlib import Path
 
 from bench.guests import large_module
+from bench.s_serve import CHAT, ServeProcess
+from bench.s_serve import SCRIPT as CHAT_SCRIPT
 from bench.stats import Row, Series, Target
 from spearpy.host import Host
 
@@ -91,8 +95,41 @@ def run(quick: bool) -> list[Row]:
             "python -c 'import wasmtime'", "ms", series["cold"], series["import"],
             note="information"),
     ]
+    rows.append(_served_row(repeats, series["import"]))
     rows.append(_compile_row(quick))
     return rows
+
+
+def _served_row(repeats: int, import_series: Series) -> Row:
+    """The warm path for many short runs: the same run through a `spearpy
+    serve` already running (its own process, default executor), from a fresh
+    `curl` process each time, start to exit, the run's record (stdout
+    included) in the answer."""
+    subject = "run of c_hello through a warm spearpy serve (a fresh curl, POST wait=true)"
+    baseline = "python -c 'import wasmtime'"
+    curl = shutil.which("curl")
+    if curl is None:
+        return Row("P3.run.served_vs_import", "P3", subject, baseline, "ms",
+                   note="curl is not installed")
+    series = Series()
+    with tempfile.TemporaryDirectory(prefix="spearpy-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        modules = tmp / "modules"
+        modules.mkdir()
+        shutil.copy(HELLO, modules / "c_hello.wasm")
+        shutil.copy(CHAT, modules / "c_chat.wasm")
+        with ServeProcess(modules, tmp / "state", CHAT_SCRIPT) as url:
+            argv = [curl, "-sf", "-H", "content-type: application/json", "-d",
+                    json.dumps({"module": "c_hello", "args": ["hi"], "wait": True}),
+                    f"{url}/v1/runs"]
+            first = subprocess.run(argv, capture_output=True, check=True)  # compiles it
+            record = json.loads(first.stdout)
+            if record.get("exit_code") != 0 or "hi" not in record.get("stdout", ""):
+                raise RuntimeError(f"the served run did not print hi: {record}")
+            for _ in range(repeats):
+                series.add(_timed(argv, dict(os.environ)))
+    return Row("P3.run.served_vs_import", "P3", subject, baseline, "ms", series,
+               import_series, note="information: the warm path, beside spearpy run's own")
 
 
 def _compile_row(quick: bool) -> Row:

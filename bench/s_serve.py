@@ -151,7 +151,7 @@ def _lag(base_url: str) -> list[float]:
     return lags
 
 
-class _ServeProcess:
+class ServeProcess:
     """`spearpy serve` as an operator starts it, in a process of its own (the
     bench process's heap and threads are not a service's), on the CLI's
     default executor, whose events cross from a worker process. Yields its
@@ -278,7 +278,7 @@ def run(quick: bool) -> list[Row]:
         paced = tmp / "paced.json"
         paced.write_text(json.dumps({"default": {"content": "slow " * 20,
                                                  "delay_ms": 100}}))
-        with _ServeProcess(modules, tmp / "state-lag", paced) as url:
+        with ServeProcess(modules, tmp / "state-lag", paced) as url:
             lags = [lag for _ in range(3 if quick else 100) for lag in _lag(url)]
     lag_p99 = round(percentile(lags, 99) * 1e3, 2) if lags else float("nan")
     rows.append(
