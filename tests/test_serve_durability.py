@@ -28,6 +28,7 @@ from tests.test_serve_api import (
     SAMPLES,
     events_of,
     modules_dir,
+    slow_script,
     sse_events,
     wait_for,
 )
@@ -178,7 +179,10 @@ def test_a_store_that_refuses_writes_leaves_no_client_waiting(tmp_path: Path) ->
     # The disk refuses every event and the run's end: the waiting request
     # still answers, the live stream still ends with the run.
     mods = modules_dir(tmp_path)
-    with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
+    slow = ServeConfig(modules_dir=mods, state_dir=tmp_path / "state", grace=0.5,
+                       host=HostConfig(backend=f"scripted:{slow_script(tmp_path, 300)}",
+                                       cache_dir=None, timeout=30))
+    with BackgroundServer(create_app(slow)) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:
         refuse_inserts(tmp_path, "events").close()
         watching: list[dict[str, Any]] = []
@@ -190,6 +194,12 @@ def test_a_store_that_refuses_writes_leaves_no_client_waiting(tmp_path: Path) ->
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+        # Subscribed while the run is live (four completions of 300 ms each):
+        # what it hears then comes from memory, not from the refusing disk.
+        deadline = time.monotonic() + 30
+        while "\nspearpy_serve_event_subscribers 1.0\n" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the watcher never subscribed"
+            time.sleep(0.02)
         waited = client.post("/v1/runs", json={"module": "c_multi_tool", "wait": True})
         assert waited.status_code == 201, waited.text
         assert waited.json()["outcome"] == "exited" and MULTI_TOOL_STDOUT in waited.json()["stdout"]
@@ -197,6 +207,42 @@ def test_a_store_that_refuses_writes_leaves_no_client_waiting(tmp_path: Path) ->
         assert not watcher.is_alive(), "the event stream never ended"
         assert watching[-1]["kind"] == "run_end" and watching[-1]["outcome"] == "exited"
         assert any(record["kind"] == "tool_end" for record in watching)
+
+
+def test_a_run_whose_end_the_disk_refused_still_reads_as_finished(tmp_path: Path) -> None:
+    # The live service knows the run ended although its end is not on disk:
+    # a client polling the run, a late subscriber and the run list see it
+    # finished; once the disk takes writes again the end is written.
+    mods = modules_dir(tmp_path)
+    with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as client:
+        db = refuse_inserts(tmp_path, "events")
+        started = client.post("/v1/runs", json={"module": "c_multi_tool"}).json()
+        run = wait_for(client, started["id"], timeout=60)
+        assert (run["status"], run["outcome"], run["exit_code"]) == ("finished", "exited", 0)
+        assert MULTI_TOOL_STDOUT in run["stdout"]
+        listed = client.get("/v1/runs").json()["runs"]
+        assert [r["status"] for r in listed if r["id"] == started["id"]] == ["finished"]
+        late = events_of(client, started)
+        assert late and late[-1]["kind"] == "run_end" and late[-1]["outcome"] == "exited"
+        cancel = client.delete(f"/v1/runs/{started['id']}")
+        assert cancel.status_code == 409 and cancel.json()["outcome"] == "exited"
+        on_disk = sqlite3.connect(tmp_path / "state" / "runs.sqlite3")
+        stored = "SELECT status FROM runs WHERE id=?"
+        assert on_disk.execute(stored, (started["id"],)).fetchone() == ("running",)
+        db.execute("DROP TRIGGER refuse")
+        db.commit()
+        db.close()
+        deadline = time.monotonic() + 30
+        while on_disk.execute(stored, (started["id"],)).fetchone() != ("finished",):
+            assert time.monotonic() < deadline, "the refused end was never written again"
+            time.sleep(0.1)
+        on_disk.close()
+    with BackgroundServer(create_app(config(tmp_path, mods))) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as client:
+        again = client.get(f"/v1/runs/{started['id']}").json()
+        assert (again["status"], again["outcome"]) == ("finished", "exited")
+        assert events_of(client, started)[-1]["kind"] == "run_end"
 
 
 def test_a_run_whose_record_is_refused_is_cancelled_and_answered_503(

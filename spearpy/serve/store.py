@@ -38,10 +38,19 @@ CREATE TABLE IF NOT EXISTS events (
 """
 _COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
             "exit_code", "message", "host_run_id", "cancel_reason", "result")
+_JSON_COLUMNS = ("request", "result")
 INTERRUPTED = "the service stopped while the run was in progress (crash or kill)"
 # Commits per batch: enough to keep up with many chatty runs, few enough that
 # the first event of a batch is not held back long.
 _BATCH = 512
+# Run ends the disk refused are written again this often while the service lives.
+RETRY_ENDS_S = 2.0
+# Their stored output (stdout, stderr, transcripts) is kept in memory up to
+# this many bytes in all; past it an end keeps its outcome, not its output.
+# Past _UNSTORED_ENDS refused ends the oldest is given up (a restart then
+# marks its run interrupted, as before any of this).
+_UNSTORED_OUTPUT_BYTES = 64 << 20
+_UNSTORED_ENDS = 10_000
 
 EventRow = tuple[int, str, str]  # seq, kind, JSON record
 # Called once the write is done: committed, or refused by the disk (then too,
@@ -52,6 +61,33 @@ _log = logging.getLogger("spearpy.serve")
 
 class StoreLocked(RuntimeError):
     """Another service already uses this state directory."""
+
+
+class _UnstoredEnd:
+    """A run's end on its way to the disk, or refused by it: what reads show
+    in its place, so the live service never calls a finished run running."""
+
+    def __init__(self, names: list[str], values: list[Any], final: EventRow | None) -> None:
+        self.names = names
+        self.values = values
+        self.final = final
+        self.refused = False
+        self.output_bytes = sum(len(v) for n, v in zip(names, values, strict=True)
+                                if n == "result" and isinstance(v, str))
+
+    def drop_output(self) -> None:
+        self.values = [None if n == "result" else v
+                       for n, v in zip(self.names, self.values, strict=True)]
+        self.output_bytes = 0
+
+    def over(self, record: dict[str, Any]) -> dict[str, Any]:
+        if record["status"] != "running":
+            return record  # the end (or a recovery) is on disk after all
+        ended = dict(record)
+        for name, value in zip(self.names, self.values, strict=True):
+            ended[name] = json.loads(value) if name in _JSON_COLUMNS and value is not None \
+                else value
+        return ended
 
 
 class RunStore:
@@ -72,6 +108,10 @@ class RunStore:
         self._readers: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._readers_lock = threading.Lock()
+        self._ends: dict[str, _UnstoredEnd] = {}  # guarded by _ends_lock
+        self._refused_ends = 0
+        self._refused_output_bytes = 0
+        self._ends_lock = threading.Lock()
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], None],
                                              Future[None], AfterCommit | None] | None]
         self._queue = queue.SimpleQueue()
@@ -134,21 +174,77 @@ class RunStore:
     def finish_run(self, run_id: str, fields: dict[str, Any], final: EventRow | None,
                    after: AfterCommit | None = None) -> Future[None]:
         """The run's end event and its final record in one transaction, so a
-        client that saw the end event reads the finished record."""
+        client that saw the end event reads the finished record. Until that
+        commits, and while the disk refuses it (written again every
+        RETRY_ENDS_S), reads show the end from memory."""
         names = list(fields)
-        values = [_column(fields, name) for name in names]
+        end = _UnstoredEnd(names, [_column(fields, name) for name in names], final)
+        with self._ends_lock:
+            self._ends[run_id] = end
+        done = self._submit(self._end_writer(run_id, end), after)
+        done.add_done_callback(lambda f: self._ended(run_id, end, f.exception() is None))
+        return done
 
+    def _end_writer(self, run_id: str, end: _UnstoredEnd
+                    ) -> Callable[[sqlite3.Connection], None]:
         def apply(db: sqlite3.Connection) -> None:
-            if final is not None:
-                db.execute("INSERT OR REPLACE INTO events VALUES (?,?,?,?)", (run_id, *final))
-            db.execute(f"UPDATE runs SET {', '.join(f'{n}=?' for n in names)} WHERE id=?",
-                       (*values, run_id))
+            if end.final is not None:
+                db.execute("INSERT OR REPLACE INTO events VALUES (?,?,?,?)",
+                           (run_id, *end.final))
+            db.execute(f"UPDATE runs SET {', '.join(f'{n}=?' for n in end.names)} WHERE id=?",
+                       (*end.values, run_id))
 
-        return self._submit(apply, after)
+        return apply
+
+    def _ended(self, run_id: str, end: _UnstoredEnd, stored: bool) -> None:
+        with self._ends_lock:
+            if stored:
+                self._ends.pop(run_id, None)
+                return
+            end.refused = True
+            self._refused_ends += 1
+            if self._refused_output_bytes + end.output_bytes > _UNSTORED_OUTPUT_BYTES:
+                end.drop_output()
+            self._refused_output_bytes += end.output_bytes
+            if self._refused_ends > _UNSTORED_ENDS:
+                oldest = next(r for r, e in self._ends.items() if e.refused)
+                self._forget(oldest)
+
+    def _forget(self, run_id: str) -> None:
+        end = self._ends.pop(run_id)
+        self._refused_ends -= 1
+        self._refused_output_bytes -= end.output_bytes
+
+    def _retry_ends(self) -> None:
+        """On the writer thread: each refused end again, in its own transaction,
+        oldest first, until the disk refuses one (then it still refuses: the
+        rest wait for the next round instead of failing one by one)."""
+        with self._ends_lock:
+            refused = [(run_id, end) for run_id, end in self._ends.items() if end.refused]
+        for run_id, end in refused:
+            if self._commit([self._end_writer(run_id, end)]) is not None:
+                return
+            with self._ends_lock:
+                if self._ends.get(run_id) is end:
+                    self._forget(run_id)
+
+    def _has_refused_ends(self) -> bool:
+        with self._ends_lock:
+            return self._refused_ends > 0
 
     def _write_loop(self) -> None:
+        retry_at = 0.0
         while True:
-            item = self._queue.get()
+            if self._has_refused_ends():
+                if time.monotonic() >= retry_at:
+                    self._retry_ends()
+                    retry_at = time.monotonic() + RETRY_ENDS_S
+                try:
+                    item = self._queue.get(timeout=max(retry_at - time.monotonic(), 0.0))
+                except queue.Empty:
+                    continue
+            else:
+                item = self._queue.get()
             batch = [item]
             while item is not None and len(batch) < _BATCH:
                 try:
@@ -167,8 +263,8 @@ class RunStore:
             refused = [e for e in errors if e is not None]
             if refused:
                 _log.error("store: %d write(s) failed (%s); live clients still get their "
-                           "events, a restart will not (a run whose end was not stored is "
-                           "marked interrupted)", len(refused), refused[0])
+                           "events, a restart will not; run ends are written again every "
+                           "%g s", len(refused), refused[0], RETRY_ENDS_S)
             for (_apply, done, after), failure in zip(ops, errors, strict=True):
                 # Even when the disk refused: live subscribers and a waiting
                 # request hear the events and the end from memory, else a
@@ -210,10 +306,15 @@ class RunStore:
                 self._readers.append(db)
         return db
 
+    def _unstored(self, record: dict[str, Any]) -> dict[str, Any]:
+        with self._ends_lock:
+            end = self._ends.get(record["id"])
+        return record if end is None else end.over(record)
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         row = self._reader().execute(f"SELECT {','.join(_COLUMNS)} FROM runs WHERE id=?",
                                      (run_id,)).fetchone()
-        return _record(row) if row is not None else None
+        return self._unstored(_record(row)) if row is not None else None
 
     def list_runs(self, limit: int, before: float | None = None,
                   status: str | None = None) -> list[dict[str, Any]]:
@@ -228,14 +329,22 @@ class RunStore:
         rows = self._reader().execute(
             f"SELECT {','.join(_COLUMNS)} FROM runs WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
-        return [_record(row) for row in rows]
+        records = [self._unstored(_record(row)) for row in rows]
+        return [r for r in records if status is None or r["status"] == status]
 
     def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
         upper = before if before is not None else 1 << 62
         rows = self._reader().execute(
             "SELECT seq, kind, record FROM events WHERE run_id=? AND seq>? AND seq<? "
             "ORDER BY seq", (run_id, after, upper)).fetchall()
-        return [(int(seq), str(kind), str(record)) for seq, kind, record in rows]
+        events = [(int(seq), str(kind), str(record)) for seq, kind, record in rows]
+        with self._ends_lock:
+            end = self._ends.get(run_id)
+        final = end.final if end is not None else None
+        if final is not None and after < final[0] < upper and \
+                (not events or events[-1][0] < final[0]):
+            events.append(final)  # the end the disk has not taken (yet)
+        return events
 
     def close(self) -> None:
         """Write everything queued, then close; idempotent."""
@@ -254,14 +363,14 @@ class RunStore:
 
 def _column(row: dict[str, Any], name: str) -> Any:
     value = row.get(name)
-    if name in ("request", "result") and value is not None:
+    if name in _JSON_COLUMNS and value is not None:
         return json.dumps(value, ensure_ascii=False)
     return value
 
 
 def _record(row: tuple[Any, ...]) -> dict[str, Any]:
     record = dict(zip(_COLUMNS, row, strict=True))
-    for name in ("request", "result"):
+    for name in _JSON_COLUMNS:
         if record[name] is not None:
             record[name] = json.loads(record[name])
     return record
