@@ -8,30 +8,32 @@ module) and the HTTP client are shared by all runs.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import wasmtime
 
-from spearpy import abi, wasi_runtime
-from spearpy._files import atomic_write
+from spearpy import wasi_runtime
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
 from spearpy.embed import RunHandle, start_run
+from spearpy.engine import EpochTicker, engine_config
 from spearpy.errors import ConfigError, ModuleLoadError
-from spearpy.hostcalls import HOSTCALLS, define_spear_imports
+from spearpy.hostcalls import define_spear_imports
 from spearpy.instance import GuestLogSink, GuestRun, RunOptions, SendHook
 from spearpy.modcache import ModuleCache
+from spearpy.modload import LoadedModule, carry_over, compile_module, link
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
 from spearpy.secret_env import passed_through
 from spearpy.tools.host import HostTools, task_policy
+
+# LoadedModule lives in modload.py; embedders and serve/ import it from here.
+__all__ = ["CLOSE_GRACE_S", "Host", "LoadedModule"]
 
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
@@ -39,66 +41,9 @@ if TYPE_CHECKING:
     from spearpy.streams.hub import StreamHub
     from spearpy.tools.python import PythonTools
 
-# Epoch ticks drive deadline and cancel checks inside running wasm: 10 ms
-# bounds how late a deadline fires while costing ~100 wakeups a second.
-EPOCH_TICK_S = 0.01
-_WASI_MODULES = frozenset({"wasi_snapshot_preview1"})
-# Compiled artifacts are only valid for the wasmtime that made them.
-_WASMTIME_VERSION = f"wasmtime{importlib.metadata.version('wasmtime')}"
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModule:
-    """A compiled module, ready to instantiate in any number of stores."""
-
-    name: str
-    sha256: str
-    module: wasmtime.Module
-    pre: wasmtime.InstancePre
-    engine: wasmtime.Engine
-    from_disk_cache: bool = False
-
-
 # How long close() waits for cancelled runs to end before closing the backends
 # (which also ends a run still waiting on an upstream answer).
 CLOSE_GRACE_S = 5.0
-
-
-class _EpochTicker:
-    """Every tick moves the engine's epoch (running wasm checks its deadline
-    and cancel then) and wakes the waits of cancelled runs: a cancel is an
-    Event an embedder sets, which notifies no one by itself."""
-
-    def __init__(self, engine: wasmtime.Engine, active: set[GuestRun]) -> None:
-        self._engine = engine
-        self._active = active
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="spearpy-epoch", daemon=True)
-        self._thread.start()
-
-    def _tick(self) -> None:
-        while not self._stop.wait(EPOCH_TICK_S):
-            self._engine.increment_epoch()
-            try:
-                for run in tuple(self._active):  # copied while holding the GIL
-                    if run.interrupts.cancel_event.is_set():
-                        run.interrupts.waker.wake()
-            except RuntimeError:
-                pass  # the set changed under a free-threaded build: next tick
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def _engine_config() -> wasmtime.Config:
-    config = wasmtime.Config()
-    config.epoch_interruption = True
-    config.consume_fuel = True
-    # Linear memories grow in place inside their reservation (4 GiB, all a
-    # wasm32 memory can address), so a memory's base address is fixed for its
-    # life and GuestMemory reads it once instead of before every access.
-    config.memory_may_move = False
-    return config
 
 
 class Host:
@@ -114,7 +59,7 @@ class Host:
             config = config.model_copy(update=overrides)
         self.config = config
         self.limit_policy = config.limit_policy()
-        self.engine = wasmtime.Engine(_engine_config())
+        self.engine = wasmtime.Engine(engine_config())
         self._linker = wasmtime.Linker(self.engine)
         self._linker.define_wasi()
         define_spear_imports(self._linker)
@@ -139,7 +84,7 @@ class Host:
             secrets=[os.environ.get(name, "") for name in self.key_envs()])
         self._closed = False
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
-        self._ticker = _EpochTicker(self.engine, self._active)
+        self._ticker = EpochTicker(self.engine, self._active)
         self._idle = threading.Condition(self._lock)
         # Now, while descriptors are to be had: made at the first guest write
         # instead, without them, wasmtime aborts the process (wasi_runtime.py).
@@ -157,12 +102,8 @@ class Host:
             cached = self.modules.get(digest)
             if cached is not None:
                 return cached
-            code = module.module.serialize()
-            try:
-                compiled = wasmtime.Module.deserialize(self.engine, code)
-            except wasmtime.WasmtimeError as exc:
-                raise ModuleLoadError(_first_line(exc)) from exc
-            return self._register(label, digest, compiled, False, len(code))
+            compiled, code_bytes = carry_over(self.engine, module)
+            return self._register(label, digest, compiled, False, code_bytes)
         if isinstance(module, bytes):
             wasm, label = module, name or "module.wasm"
         else:
@@ -177,49 +118,15 @@ class Host:
         if cached is not None:
             return cached if cached.name == label else LoadedModule(
                 label, digest, cached.module, cached.pre, self.engine, cached.from_disk_cache)
-        compiled, from_disk, code_bytes = self._compile(wasm, digest)
+        compiled, from_disk, code_bytes = compile_module(
+            self.engine, wasm, digest, self.config.cache_dir)
         return self._register(label, digest, compiled, from_disk, code_bytes)
 
     def _register(self, label: str, digest: str, compiled: wasmtime.Module,
                   from_disk: bool, code_bytes: int) -> LoadedModule:
-        _check_imports(compiled)
-        try:
-            pre = self._linker.instantiate_pre(compiled)
-        except wasmtime.WasmtimeError as exc:
-            raise ModuleLoadError(_first_line(exc)) from exc
+        pre = link(self._linker, compiled)
         loaded = LoadedModule(label, digest, compiled, pre, self.engine, from_disk)
         return self.modules.put(loaded, code_bytes)
-
-    def _cache_path(self, digest: str) -> Path | None:
-        if self.config.cache_dir is None:
-            return None
-        return self.config.cache_dir / "modules" / f"{digest}-{_WASMTIME_VERSION}.cwasm"
-
-    def _compile(self, wasm: bytes, digest: str) -> tuple[wasmtime.Module, bool, int]:
-        """The compiled module, whether it came from the disk cache, and the
-        bytes of its serialized code (what the in-memory cache weighs)."""
-        path = self._cache_path(digest)
-        if path is not None and path.is_file():
-            try:
-                compiled = wasmtime.Module.deserialize_file(self.engine, str(path))
-                return compiled, True, path.stat().st_size
-            except (wasmtime.WasmtimeError, OSError):
-                pass  # stale or foreign artifact: recompile and overwrite
-        try:
-            compiled = wasmtime.Module(self.engine, wasm)
-        except wasmtime.WasmtimeError as exc:
-            raise ModuleLoadError.invalid(wasm, exc) from exc
-        # A copy of the code, ~1 ms for 0.5 MB of wasm whose compile took ~400.
-        code = compiled.serialize()
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # A concurrent reader never sees half a file; the cache can be
-                # rebuilt, so it is not worth an fsync.
-                atomic_write(path, code, durable=False)
-            except OSError:
-                pass  # the cache is an optimisation; a read-only home must not fail runs
-        return compiled, False, len(code)
 
     # ---- backends ----------------------------------------------------------
 
@@ -426,24 +333,6 @@ def _with_events(result: RunResult, events: list[Event]) -> RunResult:
     from dataclasses import replace
 
     return replace(result, events=events)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _check_imports(module: wasmtime.Module) -> None:
-    """Name the import a module needs and spearpy lacks, before wasmtime's
-    less direct link error."""
-    for item in module.imports:
-        if item.module == abi.IMPORT_MODULE and item.name not in HOSTCALLS:
-            raise ModuleLoadError(
-                f"the module imports spear.{item.name}, which spearpy does not provide")
-        if item.module not in _WASI_MODULES and item.module != abi.IMPORT_MODULE:
-            raise ModuleLoadError(
-                f"the module imports {item.module}.{item.name}; spearpy provides only the "
-                "`spear` module and WASI preview 1")
 
 
 def _check_run_inputs(argv: list[str] | tuple[str, ...],
