@@ -267,3 +267,4 @@ def test_a_run_whose_record_is_refused_is_cancelled_and_answered_503(
         assert done.status_code == 201 and done.json()["outcome"] == "exited"
     assert not [r for r in caplog.records if "released too many times" in r.getMessage()
                 or (r.exc_info and "released too many times" in str(r.exc_info[1]))]
+

@@ -29,7 +29,7 @@ from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns, workers_lost
 from spearpy.serve.fanout import Hub
 from spearpy.serve.modules import ModuleDir, RecentModules
-from spearpy.serve.problems import exception_handlers
+from spearpy.serve.problems import CatchAll, exception_handlers
 from spearpy.serve.routes import routes
 from spearpy.serve.runs import HostPool, RunManager
 from spearpy.serve.security import BodyCap, LoopbackHostOnly, TokenAuth
@@ -182,6 +182,7 @@ def create_app(config: ServeConfig, host: Host | None = None) -> Starlette:
         # No token: only this machine may call, so refuse the Host names a
         # DNS-rebinding page would send from a browser here.
         middleware.insert(0, Middleware(LoopbackHostOnly, redactor=service.redactor))
+    middleware.insert(0, Middleware(CatchAll, redactor=service.redactor))
     app = Starlette(routes=routes(), middleware=middleware,
                     exception_handlers=exception_handlers(service.redactor), lifespan=lifespan)
     app.state.service = service

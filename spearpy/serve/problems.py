@@ -16,6 +16,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spearpy.observe.redact import Redactor
 
@@ -64,13 +65,49 @@ def exception_handlers(redactor: Redactor) -> dict[Any, Any]:
         return problem_response(redactor, exc.status_code, str(detail),
                                 headers=dict(exc.headers or {}))
 
-    async def on_error(request: Request, exc: Exception) -> Response:
-        # The traceback goes to the operator's log, never to the caller.
-        # Formatted and scrubbed first: an exception message may quote a key.
-        trace = "".join(traceback.format_exception(exc))
-        _log.error("unhandled error in %s %s\n%s", request.method, request.url.path,
-                   redactor.text(trace))
-        return problem_response(redactor, 500, "internal error; the service log has details",
-                                "internal")
+    return {Problem: on_problem, HTTPException: on_http}
 
-    return {Problem: on_problem, HTTPException: on_http, Exception: on_error}
+
+class ResponseFailed(RuntimeError):
+    """What reaches the server when a response failed after it began: the
+    original, which may quote a secret, is in the service log, scrubbed."""
+
+
+class CatchAll:
+    """The outermost handler of what nobody expected. Starlette's own re-raises
+    the exception after its 500, and uvicorn then logs the traceback
+    unscrubbed (an exception message may quote a key) and drops the
+    connection, sometimes before the 500 reached the client (a reset). Here
+    the traceback is logged scrubbed, the 500 answered on a connection that
+    stays usable, and only a response that had already begun is ended by an
+    exception the server may log."""
+
+    def __init__(self, app: ASGIApp, redactor: Redactor) -> None:
+        self._app = app
+        self._redactor = redactor
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self._app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] in ("http.response.start", "websocket.accept",
+                                                      "websocket.close")
+            await send(message)
+
+        try:
+            await self._app(scope, receive, tracked)
+        except Exception as exc:
+            trace = "".join(traceback.format_exception(exc))
+            _log.error("unhandled error in %s %s\n%s", scope.get("method", "WEBSOCKET"),
+                       scope.get("path", ""), self._redactor.text(trace))
+            if started or scope["type"] == "websocket":
+                raise ResponseFailed("the response failed; the service log has details"
+                                     ) from None
+            response = problem_response(self._redactor, 500,
+                                        "internal error; the service log has details",
+                                        "internal")
+            await response(scope, receive, send)

@@ -123,10 +123,11 @@ class RunManager:
         try:
             target.submit(job, wasm, host, module, live.cancel, on_event,
                           lambda result, error: self._end(live, result, error))
-        except BaseException:
-            self.live.pop(run_id, None)
-            self._hub.publish(run_id, [], ended=True)
-            live.done.cancel()  # it never ran: what waits on its end is let go
+        except BaseException as exc:
+            # It never ran: its record ends now (host_error), or the list and
+            # page would show it running until a restart. The caller gives
+            # the slot back.
+            self._record_end(live, None, exc)
             raise
         if self._on_start is not None:
             self._on_start(target.name)
@@ -168,12 +169,16 @@ class RunManager:
     def _end(self, live: LiveRun, result: RunResult | None, error: BaseException | None
              ) -> None:
         try:
-            fields, final = self._final(live, result, error)
-            live.row = {**live.row, **fields}
-            self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
-                self._ended, live, final))
+            self._record_end(live, result, error)
         finally:
             self.give_slot()
+
+    def _record_end(self, live: LiveRun, result: RunResult | None,
+                    error: BaseException | None) -> None:
+        fields, final = self._final(live, result, error)
+        live.row = {**live.row, **fields}
+        self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
+            self._ended, live, final))
 
     def _on_event(self, live: LiveRun, event: Event) -> None:
         row = self._encoder.row(event)
