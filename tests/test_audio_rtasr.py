@@ -77,7 +77,7 @@ class Asr(Probe):
         assert self.set(fd, "transport", "websocket") == 0
         return self.ctl(fd, 2)
 
-    def get(self, fd: int, cmd: int) -> dict[str, Any]:
+    def get_json(self, fd: int, cmd: int) -> dict[str, Any]:
         self.u32(LEN, 60000)
         rc = int(self.call("p_rtasr_ctl", fd, cmd, OUT, LEN))
         assert rc > 0, rc
@@ -85,7 +85,7 @@ class Asr(Probe):
         return value
 
     def status(self, fd: int) -> dict[str, Any]:
-        return self.get(fd, 3)
+        return self.get_json(fd, 3)
 
     def write(self, fd: int, pcm: bytes) -> int:
         self.run.memory.write(PCM, pcm)
@@ -175,14 +175,14 @@ def test_params_status_and_autoflush_are_spears(asr: Any) -> None:
     assert a.ctl(fd, 9) == abi.EINVAL
     assert a.ctl(999, 3) == abi.EBADF
     # SPEAR's default, then the sample's setting, then the legacy spelling.
-    assert a.get(fd, 8) == {"strategy": "server_vad", "flush_on_close": False,
+    assert a.get_json(fd, 8) == {"strategy": "server_vad", "flush_on_close": False,
                             "vad": {"silence_ms": 500}, "client_commit": None}
     assert a.ctl(fd, 7, {"strategy": "server_vad", "vad": {"silence_ms": 600},
                          "flush_on_close": True}) == 0
-    assert a.get(fd, 8) == {"strategy": "server_vad", "flush_on_close": True,
+    assert a.get_json(fd, 8) == {"strategy": "server_vad", "flush_on_close": True,
                             "vad": {"silence_ms": 600}, "client_commit": None}
     assert a.ctl(fd, 7, {"enabled": True, "mode": "silence", "silence_ms": 300}) == 0
-    assert a.get(fd, 8)["vad"] == {"silence_ms": 300, "threshold": 0.5, "prefix_padding_ms": 300}
+    assert a.get_json(fd, 8)["vad"] == {"silence_ms": 300, "threshold": 0.5, "prefix_padding_ms": 300}
     assert a.ctl(fd, 7, {"strategy": "sometimes"}) == abi.EINVAL
     assert a.ctl(fd, 7, {"strategy": "server_vad", "vad": 5}) == abi.EINVAL
     assert a.set(fd, "max_send_queue_bytes", 1 << 40) == 0
@@ -486,7 +486,7 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def seconds_of(path: Path) -> float:
     with wave.open(str(path)) as w:
-        return w.getnframes() / w.getframerate()
+        return float(w.getnframes() / w.getframerate())
 
 
 def run_sample(*host_args: str) -> subprocess.CompletedProcess[str]:
