@@ -223,6 +223,9 @@ def test_a_run_whose_end_the_disk_refused_still_reads_as_finished(tmp_path: Path
         assert MULTI_TOOL_STDOUT in run["stdout"]
         listed = client.get("/v1/runs").json()["runs"]
         assert [r["status"] for r in listed if r["id"] == started["id"]] == ["finished"]
+        finished = client.get("/v1/runs?status=finished").json()["runs"]
+        assert [r["id"] for r in finished] == [started["id"]]
+        assert client.get("/v1/runs?status=running").json()["runs"] == []
         late = events_of(client, started)
         assert late and late[-1]["kind"] == "run_end" and late[-1]["outcome"] == "exited"
         cancel = client.delete(f"/v1/runs/{started['id']}")

@@ -324,13 +324,25 @@ class RunStore:
             where.append("created_at < ?")
             args.append(before)
         if status is not None:
-            where.append("status = ?")
-            args.append(status)
+            # An end still in memory reads as finished (_UnstoredEnd.over; a
+            # run's end is always "finished"): filtered the same way here, so
+            # a page holds `limit` runs.
+            with self._ends_lock:
+                unstored = json.dumps(list(self._ends))
+            ended = "id IN (SELECT value FROM json_each(?))"
+            if status == "running":
+                where.append(f"status = 'running' AND NOT {ended}")
+                args.append(unstored)
+            elif status == "finished":
+                where.append(f"(status = 'finished' OR (status = 'running' AND {ended}))")
+                args.append(unstored)
+            else:
+                where.append("status = ?")
+                args.append(status)
         rows = self._reader().execute(
             f"SELECT {','.join(_COLUMNS)} FROM runs WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
-        records = [self._unstored(_record(row)) for row in rows]
-        return [r for r in records if status is None or r["status"] == status]
+        return [self._unstored(_record(row)) for row in rows]
 
     def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
         upper = before if before is not None else 1 << 62
