@@ -35,11 +35,11 @@ class _NoRoom(Exception):
     pass
 
 
-def _allocated_buffers(run: GuestRun, args: bytes,
+def _allocated_buffers(run: GuestRun, nargs: int,
                        capacity: int) -> tuple[int, int, int, int, int]:
     """(args_ptr, out_ptr, capacity, len_ptr, size) in a block from spear_alloc
-    (the block starts at args_ptr)."""
-    args_size = _align8(len(args) + 1)
+    (the block starts at args_ptr) for `nargs` bytes of arguments."""
+    args_size = _align8(nargs + 1)
     size = args_size + _align8(capacity) + 8
     alloc = run.allocator
     if alloc is None:
@@ -79,8 +79,8 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
             return _failure(abi.TOOL_EXEC_FAILED,
                             f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
                             started)
-        args = arguments.encode("utf-8")
-        args_z = args + b"\0"  # the ABI's NUL after the arguments
+        args_z = arguments.encode("utf-8") + b"\0"  # the ABI's NUL after the arguments
+        nargs = len(args_z) - 1
         # SPEAR layout in the arena: args (+NUL) at its base, the output
         # 8-aligned after them, the u32 length word 8-aligned after the
         # output. arena_capacity < 0: no arena, or the arguments do not fit.
@@ -88,7 +88,7 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
         base = arena_out = arena_len_ptr = 0
         if arena is not None:
             base = arena[0] & 0xFFFFFFFF
-            arena_out = (base + len(args) + 1 + 7) & ~7
+            arena_out = (base + nargs + 1 + 7) & ~7
             room = ((base + arena[1] - 4) & ~7) - arena_out
             if room >= 0:
                 arena_capacity = room if room < max_output else max_output
@@ -108,7 +108,7 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                         arena_len_ptr
                 elif run.allocator is not None:
                     args_ptr, out_ptr, capacity, len_ptr, block_size = _allocated_buffers(
-                        run, args, wanted or min(INITIAL_CAPACITY, max_output))
+                        run, nargs, wanted or min(INITIAL_CAPACITY, max_output))
                 else:
                     held = arena_capacity if arena_capacity >= 0 else 0
                     return _failure(abi.TOOL_EXEC_FAILED,
@@ -116,25 +116,23 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
                                     f"{held}; export spear_alloc/spear_free to "
                                     "let the host grow the buffer", started)
                 try:
-                    memory.write_with_u32(args_ptr, args_z, len_ptr, capacity)
-                    rc = func.call_i32(args_ptr, len(args), out_ptr, len_ptr)
+                    rc, length, raw = memory.call_with_out_buffer(
+                        func, args_ptr, args_z, nargs, out_ptr, len_ptr, capacity)
                     if rc == abi.ENOSPC:
-                        needed = memory.read_u32(len_ptr)
-                        if needed > max_output:
+                        if length > max_output:
                             return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
-                                            f"the tool needs {needed} output bytes; "
+                                            f"the tool needs {length} output bytes; "
                                             f"max_tool_output_bytes is {max_output}", started, rc)
-                        if needed <= capacity:
+                        if length <= capacity:
                             return _failure(abi.TOOL_EXEC_FAILED,
-                                            f"the tool returned -28 asking for {needed} bytes "
+                                            f"the tool returned -28 asking for {length} bytes "
                                             f"but the buffer already held {capacity}",
                                             started, rc)
-                        wanted = needed
+                        wanted = length
                         continue
                     if rc != 0:
                         return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}",
                                         started, rc)
-                    length, raw = memory.read_counted(len_ptr, out_ptr, capacity)
                     if raw is None:
                         return _failure(abi.TOOL_EXEC_FAILED,
                                         f"the tool claimed {length} output bytes but the buffer "

@@ -20,6 +20,8 @@ from spearpy._native import memory_data, memory_data_size, memory_handles
 if TYPE_CHECKING:
     import wasmtime
 
+    from spearpy._native import RawFunc
+
 U32_MAX = 0xFFFFFFFF
 
 
@@ -139,37 +141,39 @@ class GuestMemory:
         second: bytes = window[ptr2:ptr2 + len2]  # type: ignore[assignment]
         return first, second
 
-    def write_with_u32(self, ptr: int, data: bytes, word_ptr: int, word: int) -> None:
-        """`data` at ptr and a u32 at word_ptr, both checked first (a tool
-        call's arguments and its output capacity)."""
+    def call_with_out_buffer(self, func: RawFunc, ptr: int, data: bytes, nargs: int,
+                             out_ptr: int, word_ptr: int,
+                             capacity: int) -> tuple[int, int, bytes | None]:
+        """A call through SPEAR's buffers (a tool call): `data` at ptr and
+        `capacity` as the u32 at word_ptr, then func(ptr, nargs, out_ptr,
+        word_ptr). Returns (its result, the u32 at word_ptr after it, and
+        when the result is 0 and that length is within capacity, that many
+        bytes at out_ptr; else None).
+
+        The three ranges are checked before the call, against one known
+        length: a memory only grows, so they are still inside after it.
+        One method rather than a write, a call and a read: this is every
+        guest tool call's path."""
         size = len(data)
-        ptr &= U32_MAX
-        word_ptr &= U32_MAX
+        known = self._known
         view = self._view
-        if view is None or ptr + size > self._known or word_ptr + 4 > self._known:
+        # A negative pointer (an i32 standing for a u32) takes the slow
+        # path, which masks it: comparisons cost less than three masks.
+        if view is None or ptr < 0 or out_ptr < 0 or word_ptr < 0 or capacity < 0 or \
+                ptr + size > known or word_ptr + 4 > known or out_ptr + capacity > known:
             ptr, word_ptr = self._fit(ptr, size), self._fit(word_ptr, 4)
+            out_ptr = self._fit(out_ptr, capacity)
             view = self._window()
         view[ptr:ptr + size] = data
-        _U32.pack_into(view, word_ptr, word & U32_MAX)
-
-    def read_counted(self, word_ptr: int, ptr: int, capacity: int) -> tuple[int, bytes | None]:
-        """The u32 length at word_ptr and, when it is within `capacity`, that
-        many bytes at ptr (None when it is not): a tool's output."""
-        word_ptr &= U32_MAX
-        view = self._view
-        if view is None or word_ptr + 4 > self._known:
-            word_ptr = self._fit(word_ptr, 4)
-            view = self._window()
+        _U32.pack_into(view, word_ptr, capacity & U32_MAX)
+        rc = func.call_i32(ptr, nargs, out_ptr, word_ptr)
         length: int = _U32.unpack_from(view, word_ptr)[0]
-        if length > capacity:
-            return length, None
-        ptr &= U32_MAX
+        if rc != 0 or length > capacity:
+            return rc, length, None
         window = self._bytes
-        if window is None or ptr + length > self._known:  # _fit and _slice, inlined
-            ptr = self._fit(ptr, length)
-            return length, self._slice(ptr, length)
-        data: bytes = window[ptr:ptr + length]  # type: ignore[assignment]  # c_char: bytes
-        return length, data
+        assert window is not None  # made with the view
+        out: bytes = window[out_ptr:out_ptr + length]  # type: ignore[assignment]  # c_char: bytes
+        return rc, length, out
 
     def write(self, ptr: int, data: bytes) -> None:
         ptr = self._fit(ptr, len(data))

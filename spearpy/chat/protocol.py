@@ -163,8 +163,9 @@ class Usage:
         # Every completion comes here: three plain counts are decided at
         # once; anything else (a missing, negative, bool or float count)
         # goes field by field, where only a count >= 0 is added.
+        # (p | c | t) >= 0 holds exactly when all three ints are >= 0.
         if type(prompt) is int and type(completion) is int and type(total) is int and \
-                prompt >= 0 and completion >= 0 and total >= 0:
+                prompt | completion | total >= 0:
             self.prompt_tokens += prompt
             self.completion_tokens += completion
             self.total_tokens += total

@@ -141,30 +141,14 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
             if reason is not None:
                 action = _interrupt(run, fd, loop, reason)
                 break
-            call = action.call
-            tool = action.tool
-            source = tool.source
-            observed = bool(events.sinks)  # building event fields costs ~10 us a call
-            kind = source.kind if observed and source is not None else None
-            if observed:
-                events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
-                            **fields.tool_start(call.id, call.name, action.arguments,
-                                                iteration=loop.stats.iterations,
-                                                executed=True, source=kind,
-                                                server=tool.origin))
-            outcome = (source.call(tool.ref, action.arguments, budget)
-                       if source is not None else _no_source(call.name))
-            if observed:
-                events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
-                            **fields.tool_end(call.id, call.name,
-                                              iteration=loop.stats.iterations,
-                                              executed=True, registered=True,
-                                              rc=outcome.rc,
-                                              duration_ms=outcome.duration_ms,
-                                              output=outcome.output,
-                                              error=outcome.error_code, source=kind,
-                                              server=tool.origin))
-            action = loop.on_tool_result(call.id, outcome, True)
+            if events.sinks:  # building event fields costs ~10 us a call
+                outcome = _observed_call(run, fd, action, budget, loop.stats.iterations)
+            else:
+                tool = action.tool
+                source = tool.source
+                outcome = (source.call(tool.ref, action.arguments, budget)
+                           if source is not None else _no_source(action.call.name))
+            action = loop.on_tool_result(action.call.id, outcome, True)
             continue
         if type(action) is not Complete:
             break  # Done or Failed
@@ -230,6 +214,27 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
         run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
+
+
+def _observed_call(run: GuestRun, fd: int, action: CallTool, budget: CallBudget,
+                   iteration: int) -> ToolOutcome:
+    """The tool call of a send somebody listens to, between its tool_start and
+    tool_end events (run_send calls the source itself when nobody listens)."""
+    call, tool = action.call, action.tool
+    source = tool.source
+    kind = source.kind if source is not None else None
+    events = run.events
+    events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
+                **fields.tool_start(call.id, call.name, action.arguments, iteration=iteration,
+                                    executed=True, source=kind, server=tool.origin))
+    outcome = (source.call(tool.ref, action.arguments, budget)
+               if source is not None else _no_source(call.name))
+    events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
+                **fields.tool_end(call.id, call.name, iteration=iteration, executed=True,
+                                  registered=True, rc=outcome.rc,
+                                  duration_ms=outcome.duration_ms, output=outcome.output,
+                                  error=outcome.error_code, source=kind, server=tool.origin))
+    return outcome
 
 
 def _interrupt(run: GuestRun, fd: int, loop: ToolLoop, reason: tuple[str, str]) -> Failed:
