@@ -145,10 +145,12 @@ class ToolLoop:
         message = None
         if isinstance(body, dict):
             self.stats.usage.add(body.get("usage"))
-            # first_message(), inlined.
-            choices = body.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                message = choices[0].get("message")
+            # first_message(), inlined: in parsed JSON, anything but a list
+            # whose first item is an object with a "message" fails a subscript.
+            try:
+                message = body["choices"][0]["message"]
+            except (LookupError, TypeError):  # (contextlib.suppress: a context manager a step)
+                message = None
         if result.error is not None:
             err = result.error
             self._fail(err.code, err.message, status=err.status)
