@@ -60,6 +60,7 @@ _define_func_unchecked = _proto("wasmtime_linker_define_func_unchecked", _vp, _v
 # One i32 param per 16-byte wasmtime_val_raw_t slot, unpacked in one call.
 _PARAMS = [struct.Struct("<" + f"i{_VAL_RAW_SIZE - 4}x" * n) for n in range(9)]
 _I32_RESULT = struct.Struct("<i")
+_PACK4 = _PARAMS[4].pack_into
 _I64_RESULT = struct.Struct("<q")
 # The value array of a hostcall is at a different address on every call. A
 # view of the whole address space reads and writes it with one struct call
@@ -257,6 +258,24 @@ class RawFunc:
             _raise_call_failure(_error_ptr(error) if error else None,
                                 ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
         result: int = _I32_RESULT.unpack_from(self._values, 0)[0]
+        return result
+
+    def call4_i32(self, a: int, b: int, c: int, d: int) -> int:
+        """call_i32 for a function of four i32 params (a guest tool): no
+        argument tuple to build and measure on every tool call."""
+        values = self._values
+        try:
+            _PACK4(values, 0, a, b, c, d)
+        except struct.error:  # a u32 past i32's range: call_i32 wraps it
+            return self.call_i32(a, b, c, d)
+        trap_slot = self._trap_slot
+        trap_slot[0] = 0
+        error = _func_call_unchecked(*self._call_args)
+        trap = trap_slot[0]
+        if error or trap:
+            _raise_call_failure(_error_ptr(error) if error else None,
+                                ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
+        result: int = _I32_RESULT.unpack_from(values, 0)[0]
         return result
 
 

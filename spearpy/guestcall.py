@@ -88,11 +88,11 @@ def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
         base = arena_out = arena_len_ptr = 0
         if arena is not None:
             base = arena[0] & 0xFFFFFFFF
-            arena_out = (base + nargs + 1 + 7) & ~7
-            room = ((base + arena[1] - 4) & ~7) - arena_out
+            arena_out = (base + nargs + 8) & -8  # 8-aligned past the arguments and NUL
+            room = ((base + arena[1] - 4) & -8) - arena_out
             if room >= 0:
                 arena_capacity = room if room < max_output else max_output
-                arena_len_ptr = (arena_out + arena_capacity + 7) & ~7
+                arena_len_ptr = (arena_out + arena_capacity + 7) & -8
         if arena_capacity < 0 and run.allocator is None:
             why = ("the tool arena is too small for the arguments" if arena else
                    "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")

@@ -166,7 +166,7 @@ class GuestMemory:
             view = self._window()
         view[ptr:ptr + size] = data
         _U32.pack_into(view, word_ptr, capacity & U32_MAX)
-        rc = func.call_i32(ptr, nargs, out_ptr, word_ptr)
+        rc = func.call4_i32(ptr, nargs, out_ptr, word_ptr)
         length: int = _U32.unpack_from(view, word_ptr)[0]
         if rc != 0 or length > capacity:
             return rc, length, None

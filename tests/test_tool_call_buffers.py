@@ -118,3 +118,17 @@ def test_a_trap_is_reported_once_and_the_next_call_is_clean(make_host: Any) -> N
     finally:
         _native.enter_run(previous)
         probe.close()
+
+
+def test_call4_wraps_a_u32_past_i32_range_as_call_i32_does(echo: Any) -> None:
+    memory, func = echo
+    memory.write(1024, b"{}")
+    assert func.call4_i32(1024, 2, 2048, 4096) == func.call_i32(1024, 2, 2048, 4096) == 0
+    # 0xFFFFFFF0 as the length word's pointer: the same 32 bits reach the
+    # guest either way, and its store past memory traps alike.
+    with pytest.raises(_native.GuestCallError) as four:
+        func.call4_i32(1024, 2, 2048, 0xFFFFFFF0)
+    with pytest.raises(_native.GuestCallError) as general:
+        func.call_i32(1024, 2, 2048, 0xFFFFFFF0)
+    assert str(four.value) == str(general.value)
+    assert func.call4_i32(1024, 2, 2048, 4096) == 0  # and the next call is clean
