@@ -219,7 +219,7 @@ class RawFunc:
     """
 
     __slots__ = ("_args", "_args_at", "_call_args", "_ctx", "_func", "_func_at", "_nargs",
-                 "_size", "_store", "_trap", "_trap_at", "_trap_slot", "_values")
+                 "_result", "_size", "_store", "_trap", "_trap_at", "_trap_slot", "_values")
 
     def __init__(self, store: wasmtime.Store, func: wasmtime.Func, nparams: int,
                  nresults: int) -> None:
@@ -234,6 +234,8 @@ class RawFunc:
         # Params in and the result out with one struct call each (a ctypes
         # object per value cost ~0.1 us).
         self._values = memoryview(self._args).cast("B")
+        # The first result as an i32 read by index: no tuple per call.
+        self._result = self._values.cast("i")
         # The trap slot, read and reset through a memoryview: a c_void_p's
         # `.value` looks its type's field description up on every access.
         self._trap = (ctypes.c_uint64 * 1)()
@@ -257,7 +259,7 @@ class RawFunc:
         if error or trap:
             _raise_call_failure(_error_ptr(error) if error else None,
                                 ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
-        result: int = _I32_RESULT.unpack_from(self._values, 0)[0]
+        result: int = self._result[0]
         return result
 
     def call4_i32(self, a: int, b: int, c: int, d: int) -> int:
@@ -275,7 +277,7 @@ class RawFunc:
         if error or trap:
             _raise_call_failure(_error_ptr(error) if error else None,
                                 ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
-        result: int = _I32_RESULT.unpack_from(values, 0)[0]
+        result: int = self._result[0]
         return result
 
 
