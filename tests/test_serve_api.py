@@ -204,8 +204,10 @@ def test_last_event_id_resumes_without_gaps_or_repeats(client: httpx.Client) -> 
     with client.stream("GET", run["urls"]["events"], headers={"Last-Event-ID": "17"}) as response:
         tail = [i for i, _ in sse_events(response)]
     assert tail == [18, 19, 20]
-    bad = client.get(run["urls"]["events"], headers={"Last-Event-ID": "x"})
-    assert_problem(bad, 400, "bad-last-event-id")
+    # Not a seq, or past SQLite's integers (the stream used to break midway).
+    for last in ("x", str(10**24), str(-10**24), str(2**63 - 1)):
+        bad = client.get(run["urls"]["events"], headers={"Last-Event-ID": last})
+        assert_problem(bad, 400, "bad-last-event-id")
 
 
 def test_cancel_stops_a_spinning_guest(client: httpx.Client) -> None:
@@ -328,6 +330,8 @@ def test_protocol_errors_get_problem_bodies(client: httpx.Client) -> None:
     assert_problem(client.get("/v1/runs/nope"), 404, "unknown-run")
     assert_problem(client.get("/v1/runs/nope/events"), 404, "unknown-run")
     assert_problem(client.get("/v1/runs", params={"limit": "x"}), 400, "bad-query")
+    for before in ("nan", "inf", "1e400"):
+        assert_problem(client.get("/v1/runs", params={"before": before}), 400, "bad-query")
     # Without a token, only loopback names: a DNS-rebinding page sends its own.
     assert_problem(client.get("/v1/runs", headers={"host": "evil.example:8700"}), 421)
     assert client.get("/healthz", headers={"host": "localhost:1"}).status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from spearpy.serve.schema import (
     parse_request,
     run_view,
 )
-from spearpy.serve.store import EventRow
+from spearpy.serve.store import MAX_SEQ, EventRow
 from spearpy.serve.streams import stream_routes
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ async def list_runs(request: Request) -> Response:
     try:
         limit = min(max(int(query.get("limit", "50")), 1), 500)
         before = float(query["before"]) if "before" in query else None
+        if before is not None and not math.isfinite(before):
+            raise ValueError(before)
     except ValueError:
         raise Problem(400, "limit must be an integer and before a timestamp",
                       slug="bad-query") from None
@@ -146,6 +149,8 @@ async def run_events(request: Request) -> Response:
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     try:
         cursor = int(last) if last not in (None, "") else -1
+        if not -1 <= cursor < MAX_SEQ:  # SQLite's integers end at 2**63
+            raise ValueError(last)
     except ValueError:
         raise Problem(400, f"Last-Event-ID must be an event seq, not {last!r}",
                       slug="bad-last-event-id") from None

@@ -53,6 +53,7 @@ _UNSTORED_OUTPUT_BYTES = 64 << 20
 _UNSTORED_ENDS = 10_000
 
 EventRow = tuple[int, str, str]  # seq, kind, JSON record
+MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
 # Called once the write is done: committed, or refused by the disk (then too,
 # so live clients are never left waiting on a write that will not come).
 AfterCommit = Callable[[], None]
@@ -345,7 +346,7 @@ class RunStore:
         return [self._unstored(_record(row)) for row in rows]
 
     def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
-        upper = before if before is not None else 1 << 62
+        upper = before if before is not None else MAX_SEQ
         rows = self._reader().execute(
             "SELECT seq, kind, record FROM events WHERE run_id=? AND seq>? AND seq<? "
             "ORDER BY seq", (run_id, after, upper)).fetchall()
