@@ -159,7 +159,8 @@ class GuestMemory:
         view = self._view
         # A negative pointer (an i32 standing for a u32) takes the slow
         # path, which masks it: comparisons cost less than three masks.
-        if view is None or ptr < 0 or out_ptr < 0 or word_ptr < 0 or capacity < 0 or \
+        # (a | b | c | d) < 0 exactly when one of the four ints is.
+        if view is None or ptr | out_ptr | word_ptr | capacity < 0 or \
                 ptr + size > known or word_ptr + 4 > known or out_ptr + capacity > known:
             ptr, word_ptr = self._fit(ptr, size), self._fit(word_ptr, 4)
             out_ptr = self._fit(out_ptr, capacity)

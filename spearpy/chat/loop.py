@@ -97,6 +97,9 @@ class ToolLoop:
         # these, taken once, not asked of the registry on every step.
         registry = session.registry
         self._tools = registry.by_name()
+        # The longest output on_tool_result passes as it is, without
+        # output_content: none when results are cached (the cache needs the key).
+        self._plain_max = limits.max_tool_output_bytes if not limits.cache_tool_results else -1
         self._specs = registry.specs()
         self._start()
 
@@ -190,11 +193,9 @@ class ToolLoop:
         self._awaiting = None
         call = self._queue.popleft()
         output = outcome.output
-        limits = self.limits
         # The usual answer (a short ASCII output, no result cache) is
         # output_content's first shortcut, taken here without a call.
-        if outcome.ok and output.isascii() and len(output) <= limits.max_tool_output_bytes \
-                and not limits.cache_tool_results:
+        if outcome.ok and output.isascii() and len(output) <= self._plain_max:
             self._in_flight_key = None
             self.session.answer(call.id, output)
         else:
