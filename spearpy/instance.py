@@ -259,10 +259,8 @@ class GuestRun:
     # ---- tools -----------------------------------------------------------
 
     def tool_function(self, index: int) -> _native.RawFunc | None:
-        try:  # every tool call: one lookup (a None is cached too)
+        if index in self._tool_funcs:
             return self._tool_funcs[index]
-        except KeyError:
-            pass
         func = None
         if self._table is not None and 0 <= index < self._table.size(self.store):
             try:
