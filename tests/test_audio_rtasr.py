@@ -182,7 +182,8 @@ def test_params_status_and_autoflush_are_spears(asr: Any) -> None:
     assert a.get_json(fd, 8) == {"strategy": "server_vad", "flush_on_close": True,
                             "vad": {"silence_ms": 600}, "client_commit": None}
     assert a.ctl(fd, 7, {"enabled": True, "mode": "silence", "silence_ms": 300}) == 0
-    assert a.get_json(fd, 8)["vad"] == {"silence_ms": 300, "threshold": 0.5, "prefix_padding_ms": 300}
+    assert a.get_json(fd, 8)["vad"] == {"silence_ms": 300, "threshold": 0.5,
+                                        "prefix_padding_ms": 300}
     assert a.ctl(fd, 7, {"strategy": "sometimes"}) == abi.EINVAL
     assert a.ctl(fd, 7, {"strategy": "server_vad", "vad": 5}) == abi.EINVAL
     assert a.set(fd, "max_send_queue_bytes", 1 << 40) == 0
