@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -211,6 +212,19 @@ def _raise_call_failure(error: Any, trap: Any) -> None:
                          trap_code=code.value if code is not None else None)
 
 
+class _LittleEndianI32:
+    """`view.cast("i")[0]` for a big-endian host: the raw value's first i32."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view
+
+    def __getitem__(self, _index: int) -> int:
+        value: int = _I32_RESULT.unpack_from(self._view, 0)[0]
+        return value
+
+
 class RawFunc:
     """A guest function called through wasmtime_func_call_unchecked.
 
@@ -234,8 +248,11 @@ class RawFunc:
         # Params in and the result out with one struct call each (a ctypes
         # object per value cost ~0.1 us).
         self._values = memoryview(self._args).cast("B")
-        # The first result as an i32 read by index: no tuple per call.
-        self._result = self._values.cast("i")
+        # The first result as an i32 read by index: no tuple per call. A raw
+        # value is little-endian, which a native cast reads right only on a
+        # little-endian host.
+        self._result: Any = (self._values.cast("i") if sys.byteorder == "little"
+                             else _LittleEndianI32(self._values))
         # The trap slot, read and reset through a memoryview: a c_void_p's
         # `.value` looks its type's field description up on every access.
         self._trap = (ctypes.c_uint64 * 1)()
