@@ -232,8 +232,9 @@ class RawFunc:
     call is a few int stores and one foreign call.
     """
 
-    __slots__ = ("_args", "_args_at", "_call_args", "_ctx", "_func", "_func_at", "_nargs",
-                 "_result", "_size", "_store", "_trap", "_trap_at", "_trap_slot", "_values")
+    __slots__ = ("_args", "_args_at", "_call_args", "_ctx", "_ctx_at", "_func", "_func_at",
+                 "_nargs", "_result", "_size", "_store", "_trap", "_trap_at", "_trap_slot",
+                 "_values")
 
     def __init__(self, store: wasmtime.Store, func: wasmtime.Func, nparams: int,
                  nresults: int) -> None:
@@ -259,8 +260,13 @@ class RawFunc:
         self._trap_at = ctypes.addressof(self._trap)
         self._trap_slot = memoryview(self._trap).cast("B").cast("Q")
         # The call's arguments as C values, typed once (no argtypes: see above).
-        self._call_args = (_vp(self._ctx), _vp(self._func_at), _vp(self._args_at),
-                           _size_t(self._size), _vp(self._trap_at))
+        # The four pointers are byref() objects of what they point at: ctypes
+        # passes such an object's address as it is, where a c_void_p argument
+        # builds a parameter object (and looks its type's format up) per call.
+        self._ctx_at = (ctypes.c_char * 1).from_address(self._ctx)  # the store keeps it valid
+        self._call_args = (ctypes.byref(self._ctx_at), ctypes.byref(func._func),
+                           ctypes.byref(self._args), _size_t(self._size),
+                           ctypes.byref(self._trap))
 
     def call_i32(self, *args: int) -> int:
         """Call with i32 params; returns the first i32 result (0 if none)."""
