@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from spearpy import abi
 from spearpy._native import GuestCallError
-from spearpy.chat.protocol import ToolOutcome
+from spearpy.chat.protocol import CallBudget, ToolOutcome
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
@@ -63,103 +64,147 @@ def _failure(code: str, message: str, started: float, rc: int | None = None) -> 
                        duration_ms=(time.monotonic() - started) * 1000.0)
 
 
+class GuestTools:
+    """The guest's funcref table as a tool source (chat.protocol.ToolSource):
+    a tool registered with cchat_write_fn is known by its table index, and
+    called under the session's tool arena, if it declared one."""
+
+    kind = "guest"
+    __slots__ = ("_arena", "_budget", "_run")
+
+    def __init__(self, run: GuestRun) -> None:
+        self._run = run
+        # The arena of the send whose budget came last. A session's params
+        # cannot change while it sends (the hostcalls refuse), so it is read
+        # from them once per send, not on every call.
+        self._budget: CallBudget | None = None
+        self._arena: tuple[int, int] | None = None
+
+    def call(self, ref: Any, arguments: str, budget: CallBudget) -> ToolOutcome:
+        """One tool call, under one tool deadline for all of it: spear_alloc,
+        every -28 retry and spear_free, so neither a spinning allocator nor a
+        tool that keeps asking for more room gets more than --tool-timeout.
+
+        The call itself is written here, not in a helper this method calls:
+        a Python call saved on every tool call (call_tool below is the same
+        call for a caller without a budget)."""
+        if budget is not self._budget:
+            self._budget, self._arena = budget, tool_arena(budget.params)
+        run, fn_offset, max_output, arena = self._run, int(ref), budget.max_output_bytes, \
+            self._arena
+        stops = run.interrupts
+        # One function, no helper objects: this runs on every tool call. Without
+        # a tool timeout there is nothing to arm (arm_tool's first test, made here).
+        armed = stops.tool_timeout is not None and stops.arm_tool()
+        try:
+            started = time.monotonic()
+            # tool_function's cache read here (a registered tool is in it from
+            # cchat_write_fn on): a dict lookup, not a Python call per tool call.
+            func = run.tool_funcs.get(fn_offset)
+            if func is None:  # not looked up yet, or not a tool function: it decides
+                func = run.tool_function(fn_offset)
+            if func is None:
+                return _failure(abi.TOOL_EXEC_FAILED,
+                                f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
+                                started)
+            args_z = arguments.encode("utf-8") + b"\0"  # the ABI's NUL after the arguments
+            nargs = len(args_z) - 1
+            # SPEAR layout in the arena: args (+NUL) at its base, the output
+            # 8-aligned after them, the u32 length word 8-aligned after the
+            # output. arena_capacity < 0: no arena, or the arguments do not fit.
+            arena_capacity = -1
+            base = arena_out = arena_len_ptr = 0
+            if arena is not None:
+                base = arena[0] & 0xFFFFFFFF
+                arena_out = (base + nargs + 8) & -8  # 8-aligned past the arguments and NUL
+                room = ((base + arena[1] - 4) & -8) - arena_out
+                if room >= 0:
+                    arena_capacity = room if room < max_output else max_output
+                    arena_len_ptr = (arena_out + arena_capacity + 7) & -8
+            if arena_capacity < 0 and run.allocator is None:
+                why = ("the tool arena is too small for the arguments" if arena else
+                       "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")
+                return _failure(abi.TOOL_EXEC_FAILED,
+                                f"{why} and exports no spear_alloc/spear_free", started)
+            memory = run.memory
+            wanted: int | None = None
+            try:
+                for _attempt in range(MAX_ATTEMPTS):
+                    block_size = 0  # > 0: a spear_alloc'd block to free
+                    if arena_capacity >= 0 and (wanted is None or wanted <= arena_capacity):
+                        args_ptr, out_ptr, capacity, len_ptr = base, arena_out, arena_capacity, \
+                            arena_len_ptr
+                    elif run.allocator is not None:
+                        args_ptr, out_ptr, capacity, len_ptr, block_size = _allocated_buffers(
+                            run, nargs, wanted or min(INITIAL_CAPACITY, max_output))
+                    else:
+                        held = arena_capacity if arena_capacity >= 0 else 0
+                        return _failure(abi.TOOL_EXEC_FAILED,
+                                        f"the tool needs {wanted} output bytes but the arena holds "
+                                        f"{held}; export spear_alloc/spear_free to "
+                                        "let the host grow the buffer", started)
+                    try:
+                        rc, length, raw = memory.call_with_out_buffer(
+                            func, args_ptr, args_z, nargs, out_ptr, len_ptr, capacity)
+                        if rc == abi.ENOSPC:
+                            if length > max_output:
+                                return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
+                                                f"the tool needs {length} output bytes; "
+                                                f"max_tool_output_bytes is {max_output}",
+                                                started, rc)
+                            if length <= capacity:
+                                return _failure(abi.TOOL_EXEC_FAILED,
+                                                f"the tool returned -28 asking for {length} bytes "
+                                                f"but the buffer already held {capacity}",
+                                                started, rc)
+                            wanted = length
+                            continue
+                        if rc != 0:
+                            return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}",
+                                            started, rc)
+                        if raw is None:
+                            return _failure(abi.TOOL_EXEC_FAILED,
+                                            f"the tool claimed {length} output bytes but the "
+                                            f"buffer holds {capacity}", started, rc)
+                    finally:
+                        if block_size:  # arena buffers need no release
+                            _release(run, args_ptr, block_size)
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        return _failure(abi.TOOL_EXEC_FAILED,
+                                        f"the tool output is not UTF-8 (byte {exc.start})",
+                                        started, 0)
+                    return ToolOutcome(True, text, None, None, 0,
+                                       (time.monotonic() - started) * 1000.0)
+                return _failure(abi.TOOL_EXEC_FAILED,
+                                f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
+                                abi.ENOSPC)
+            except GuestCallError as exc:
+                reason = stops.take_tool_timeout()
+                if reason is not None:
+                    return _failure(abi.TOOL_EXEC_FAILED, reason, started)
+                return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)
+            except GuestFault as exc:
+                return _failure(abi.TOOL_EXEC_FAILED, f"tool buffers outside guest memory: {exc}",
+                                started)
+            except _NoRoom as exc:
+                return _failure(abi.TOOL_EXEC_FAILED, str(exc), started)
+        finally:
+            if armed:
+                stops.disarm_tool()
+
+
 def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
               arena: tuple[int, int] | None) -> ToolOutcome:
-    """One tool call, under one tool deadline for all of it: spear_alloc,
-    every -28 retry and spear_free, so neither a spinning allocator nor a tool
-    that keeps asking for more room gets more than --tool-timeout."""
-    stops = run.interrupts
-    # One function, no helper objects: this runs on every tool call. Without
-    # a tool timeout there is nothing to arm (arm_tool's first test, made here).
-    armed = stops.tool_timeout is not None and stops.arm_tool()
-    try:
-        started = time.monotonic()
-        func = run.tool_function(fn_offset)
-        if func is None:
-            return _failure(abi.TOOL_EXEC_FAILED,
-                            f"table entry {fn_offset} is not a (i32,i32,i32,i32)->i32 function",
-                            started)
-        args_z = arguments.encode("utf-8") + b"\0"  # the ABI's NUL after the arguments
-        nargs = len(args_z) - 1
-        # SPEAR layout in the arena: args (+NUL) at its base, the output
-        # 8-aligned after them, the u32 length word 8-aligned after the
-        # output. arena_capacity < 0: no arena, or the arguments do not fit.
-        arena_capacity = -1
-        base = arena_out = arena_len_ptr = 0
-        if arena is not None:
-            base = arena[0] & 0xFFFFFFFF
-            arena_out = (base + nargs + 8) & -8  # 8-aligned past the arguments and NUL
-            room = ((base + arena[1] - 4) & -8) - arena_out
-            if room >= 0:
-                arena_capacity = room if room < max_output else max_output
-                arena_len_ptr = (arena_out + arena_capacity + 7) & -8
-        if arena_capacity < 0 and run.allocator is None:
-            why = ("the tool arena is too small for the arguments" if arena else
-                   "the guest declared no tool arena (tool_arena_ptr/tool_arena_len)")
-            return _failure(abi.TOOL_EXEC_FAILED,
-                            f"{why} and exports no spear_alloc/spear_free", started)
-        memory = run.memory
-        wanted: int | None = None
-        try:
-            for _attempt in range(MAX_ATTEMPTS):
-                block_size = 0  # > 0: a spear_alloc'd block to free
-                if arena_capacity >= 0 and (wanted is None or wanted <= arena_capacity):
-                    args_ptr, out_ptr, capacity, len_ptr = base, arena_out, arena_capacity, \
-                        arena_len_ptr
-                elif run.allocator is not None:
-                    args_ptr, out_ptr, capacity, len_ptr, block_size = _allocated_buffers(
-                        run, nargs, wanted or min(INITIAL_CAPACITY, max_output))
-                else:
-                    held = arena_capacity if arena_capacity >= 0 else 0
-                    return _failure(abi.TOOL_EXEC_FAILED,
-                                    f"the tool needs {wanted} output bytes but the arena holds "
-                                    f"{held}; export spear_alloc/spear_free to "
-                                    "let the host grow the buffer", started)
-                try:
-                    rc, length, raw = memory.call_with_out_buffer(
-                        func, args_ptr, args_z, nargs, out_ptr, len_ptr, capacity)
-                    if rc == abi.ENOSPC:
-                        if length > max_output:
-                            return _failure(abi.TOOL_OUTPUT_TOO_LARGE,
-                                            f"the tool needs {length} output bytes; "
-                                            f"max_tool_output_bytes is {max_output}", started, rc)
-                        if length <= capacity:
-                            return _failure(abi.TOOL_EXEC_FAILED,
-                                            f"the tool returned -28 asking for {length} bytes "
-                                            f"but the buffer already held {capacity}",
-                                            started, rc)
-                        wanted = length
-                        continue
-                    if rc != 0:
-                        return _failure(abi.TOOL_EXEC_FAILED, f"the tool returned {rc}",
-                                        started, rc)
-                    if raw is None:
-                        return _failure(abi.TOOL_EXEC_FAILED,
-                                        f"the tool claimed {length} output bytes but the buffer "
-                                        f"holds {capacity}", started, rc)
-                finally:
-                    if block_size:  # arena buffers need no release
-                        _release(run, args_ptr, block_size)
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    return _failure(abi.TOOL_EXEC_FAILED,
-                                    f"the tool output is not UTF-8 (byte {exc.start})", started, 0)
-                return ToolOutcome(True, text, None, None, 0,
-                                   (time.monotonic() - started) * 1000.0)
-            return _failure(abi.TOOL_EXEC_FAILED,
-                            f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
-                            abi.ENOSPC)
-        except GuestCallError as exc:
-            reason = stops.take_tool_timeout()
-            if reason is not None:
-                return _failure(abi.TOOL_EXEC_FAILED, reason, started)
-            return _failure(abi.TOOL_EXEC_FAILED, f"the tool trapped: {exc}", started)
-        except GuestFault as exc:
-            return _failure(abi.TOOL_EXEC_FAILED, f"tool buffers outside guest memory: {exc}",
-                            started)
-        except _NoRoom as exc:
-            return _failure(abi.TOOL_EXEC_FAILED, str(exc), started)
-    finally:
-        if armed:
-            stops.disarm_tool()
+    """GuestTools.call with its output cap and arena given, not read from a budget."""
+    source, budget = GuestTools(run), CallBudget(max_output)
+    source._budget, source._arena = budget, arena
+    return source.call(fn_offset, arguments, budget)
+
+
+def tool_arena(params: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The session's tool arena (tool_arena_ptr/_len params), if it set one."""
+    ptr, length = params.get("tool_arena_ptr"), params.get("tool_arena_len")
+    return (ptr, length) if isinstance(ptr, int) and isinstance(length, int) and \
+        length > 0 else None

@@ -176,7 +176,7 @@ class GuestRun:
         self._log_bytes = 0
         self._host_bugs = 0
         self._sending: list[int] = []  # session fds whose send is in progress, outermost first
-        self._tool_funcs: dict[int, _native.RawFunc | None] = {}
+        self.tool_funcs: dict[int, _native.RawFunc | None] = {}  # tool_function's, read-only
         self._streams: StreamCapture | None = None
         self._table: wasmtime.Table | None = None
         if options.streams is not None:
@@ -259,8 +259,8 @@ class GuestRun:
     # ---- tools -----------------------------------------------------------
 
     def tool_function(self, index: int) -> _native.RawFunc | None:
-        if index in self._tool_funcs:
-            return self._tool_funcs[index]
+        if index in self.tool_funcs:
+            return self.tool_funcs[index]
         func = None
         if self._table is not None and 0 <= index < self._table.size(self.store):
             try:
@@ -273,7 +273,7 @@ class GuestRun:
                     [str(p) for p in _TOOL_SIGNATURE[0]], [str(r) for r in _TOOL_SIGNATURE[1]]
                 ):
                     func = _native.RawFunc(self.store, item, 4, 1)
-        self._tool_funcs[index] = func
+        self.tool_funcs[index] = func
         return func
 
     # ---- lifecycle -------------------------------------------------------

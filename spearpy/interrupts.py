@@ -20,6 +20,7 @@ from spearpy.fds import Waker
 from spearpy.outcome import Outcome
 
 Reason = tuple[Outcome, str]
+_EVENT = threading.Event
 
 
 class Interrupts:
@@ -54,7 +55,12 @@ class Interrupts:
         every step of its loop). A noted reason is never a tool's."""
         if self._noted is not None:
             return self._noted
-        if self.cancel_event.is_set():
+        # Event.is_set() is `return self._flag`: a Python call, twice a loop
+        # iteration. For that exact class the flag is read as is_set reads it
+        # (set() writes it before notifying); anything else, a subclass
+        # included, is asked through is_set().
+        event = self.cancel_event
+        if event._flag if type(event) is _EVENT else event.is_set():  # type: ignore[attr-defined]
             return Outcome.CANCELLED, "the run was cancelled"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return Outcome.TIMEOUT, f"the run exceeded its {_seconds(self._run_timeout)}deadline"

@@ -6,6 +6,7 @@ case with the count-by-count rule."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given
@@ -83,14 +84,26 @@ def test_tool_arena_is_read_from_params_as_before(params: dict[str, Any]) -> Non
 
 
 def test_guest_source_takes_the_arena_once_per_budget(monkeypatch: Any) -> None:
-    seen: list[Any] = []
-    monkeypatch.setattr("spearpy.tools.guest.call_tool",
-                        lambda run, ref, arguments, max_output, arena: seen.append(arena))
-    source = GuestTools(run=None)  # type: ignore[arg-type]  # call_tool is replaced
+    import spearpy.guestcall as guestcall
+
+    reads: list[Any] = []
+
+    def counted(params: Any) -> Any:
+        reads.append(dict(params))
+        return tool_arena(params)
+
+    monkeypatch.setattr(guestcall, "tool_arena", counted)
+    # A run whose table holds no tool: each call fails after taking its arena.
+    run = SimpleNamespace(interrupts=SimpleNamespace(tool_timeout=None), tool_funcs={},
+                          tool_function=lambda index: None)
+    source = GuestTools(run=run)  # type: ignore[arg-type]
     first = CallBudget(100, params={"tool_arena_ptr": 8, "tool_arena_len": 64})
-    source.call(1, "{}", first)
-    source.call(1, "{}", first)
-    # A new send (a new budget) reads its own session's params.
-    source.call(1, "{}", CallBudget(100, params={}))
-    source.call(1, "{}", first)
-    assert seen == [(8, 64), (8, 64), None, (8, 64)]
+    arenas = []
+    for budget in (first, first, CallBudget(100, params={}), first):
+        outcome = source.call(1, "{}", budget)
+        assert not outcome.ok and "table entry 1" in (outcome.error_message or "")
+        arenas.append(source._arena)
+    # A new send (a new budget) reads its own session's params; the same
+    # budget twice in a row reads them once.
+    assert arenas == [(8, 64), (8, 64), None, (8, 64)]
+    assert len(reads) == 3

@@ -155,21 +155,31 @@ class Usage:
     total_tokens: int = 0
 
     def add(self, raw: object) -> None:
+        # Every completion comes here: three plain counts are decided at
+        # once; anything else (a missing, negative, bool or float count)
+        # goes field by field, where only a count >= 0 is added.
+        # (p | c | t) >= 0 holds exactly when all three ints are >= 0.
+        # A parsed body's usage is a plain dict: its three counts are read
+        # by subscript (dict.get is a method call each); a missing one
+        # raises, and the field-by-field path below decides.
+        if type(raw) is dict:
+            try:
+                prompt, completion, total = \
+                    raw["prompt_tokens"], raw["completion_tokens"], raw["total_tokens"]
+            except KeyError:
+                pass
+            else:
+                if type(prompt) is int and type(completion) is int and type(total) is int \
+                        and prompt | completion | total >= 0:
+                    self.prompt_tokens += prompt
+                    self.completion_tokens += completion
+                    self.total_tokens += total
+                    return
         if not isinstance(raw, dict):
             return
         prompt = raw.get("prompt_tokens")
         completion = raw.get("completion_tokens")
         total = raw.get("total_tokens")
-        # Every completion comes here: three plain counts are decided at
-        # once; anything else (a missing, negative, bool or float count)
-        # goes field by field, where only a count >= 0 is added.
-        # (p | c | t) >= 0 holds exactly when all three ints are >= 0.
-        if type(prompt) is int and type(completion) is int and type(total) is int and \
-                prompt | completion | total >= 0:
-            self.prompt_tokens += prompt
-            self.completion_tokens += completion
-            self.total_tokens += total
-            return
         self.prompt_tokens += _count(prompt)
         self.completion_tokens += _count(completion)
         self.total_tokens += _count(total)
