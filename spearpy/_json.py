@@ -54,7 +54,9 @@ def loads(raw: str | bytes, *, allow_nan: bool = True,
         # Python calls and two whitespace matches around that same scanner;
         # it still decides (and words the error of) anything but a document
         # that starts at its first character and fills the text.
-        if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and (
+        # A text no longer than the depth bound holds no more brackets than
+        # that: the usual tool arguments skip the two counts.
+        if len(raw) > MAX_JSON_DEPTH and raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and (
                 problem := _structure_problem(raw, max_containers)):
             raise StructureError(problem, raw, 0)
         try:

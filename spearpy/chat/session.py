@@ -46,7 +46,10 @@ class ChatSession:
         self._pending: dict[str, ToolCall] = {}  # insertion-ordered = call order
         self._used_ids: set[str] = set()
         self._id_counter = 0
-        self._id_factory = id_factory if id_factory is not None else self._next_call_id
+        # None: _next_call_id, bound when a reply needs it. Kept bound here it
+        # made every session a reference cycle: a closed session and its whole
+        # transcript waited for the cyclic GC instead of going at once.
+        self._id_factory = id_factory
 
     # ---- guest-facing operations (return 0 or a negative errno) ----------
 
@@ -89,7 +92,8 @@ class ChatSession:
         """Normalise and append an upstream assistant message; its calls become pending."""
         if self._pending:  # tested here: every reply of an auto send passes by
             self.abandon_pending()
-        normalized, calls = normalize_assistant(message, self._id_factory, self._used_ids)
+        normalized, calls = normalize_assistant(
+            message, self._id_factory or self._next_call_id, self._used_ids)
         self.messages.append(normalized)
         content = normalized["content"]
         size = len(content) if isinstance(content, str) else 0
