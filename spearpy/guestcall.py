@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy import abi
 from spearpy._native import GuestCallError
-from spearpy.chat.protocol import CallBudget, ToolOutcome
+from spearpy.chat.protocol import CallBudget, ToolOutcome, new_value
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
@@ -175,8 +175,12 @@ class GuestTools:
                         return _failure(abi.TOOL_EXEC_FAILED,
                                         f"the tool output is not UTF-8 (byte {exc.start})",
                                         started, 0)
-                    return ToolOutcome(True, text, None, None, 0,
-                                       (time.monotonic() - started) * 1000.0)
+                    # ToolOutcome(True, text, None, None, 0, ms), built field by field
+                    outcome = new_value(ToolOutcome)
+                    outcome.ok, outcome.output, outcome.error_code, outcome.error_message, \
+                        outcome.rc, outcome.duration_ms = \
+                        True, text, None, None, 0, (time.monotonic() - started) * 1000.0
+                    return outcome
                 return _failure(abi.TOOL_EXEC_FAILED,
                                 f"the tool asked for a larger buffer {MAX_ATTEMPTS} times", started,
                                 abi.ENOSPC)

@@ -46,6 +46,7 @@ from spearpy.chat.protocol import (
     ToolCall,
     ToolOutcome,
     ToolSkipped,
+    new_value,
 )
 from spearpy.chat.registry import ALLOW, DENY
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
@@ -304,7 +305,8 @@ class ToolLoop:
                 return None
             stats.tool_calls += 1
             self._in_flight_key = key
-            action = CallTool(call, tool, call.arguments)
+            action = new_value(CallTool)  # CallTool(call, tool, call.arguments)
+            action.call, action.tool, action.arguments = call, tool, call.arguments
             self._awaiting = action
             return action
         self.state = next_state(self.state, _CALLS_ANSWERED)
@@ -321,7 +323,9 @@ class ToolLoop:
         stats = self.stats
         stats.iterations += 1
         session = self.session
-        complete = Complete(session.messages, self._specs, stats.iterations)
+        complete = new_value(Complete)  # Complete(messages, specs, iteration)
+        complete.messages, complete.tools, complete.iteration = \
+            session.messages, self._specs, stats.iterations
         self._awaiting = complete
         return complete
 
@@ -391,13 +395,5 @@ class ToolLoop:
         return summary(self.backend, self.model, self.stats, self._clock() - self._started)
 
 
-__all__ = [
-    "CACHE_HIT",
-    "INTERNAL_ERROR",
-    "LOOP_ERROR_CODES",
-    "TOOL_DENIED",
-    "UPSTREAM_BAD_RESPONSE",
-    "LoopProtocolError",
-    "LoopState",
-    "ToolLoop",
-]
+__all__ = ["CACHE_HIT", "INTERNAL_ERROR", "LOOP_ERROR_CODES", "TOOL_DENIED",
+           "UPSTREAM_BAD_RESPONSE", "LoopProtocolError", "LoopState", "ToolLoop"]

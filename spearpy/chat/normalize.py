@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Collection
 
 from spearpy import _json
-from spearpy.chat.protocol import JSONDict, ToolCall
+from spearpy.chat.protocol import JSONDict, ToolCall, new_value
 
 # id_factory may keep returning taken ids (a model can echo our own format);
 # past this many attempts the factory is broken, not unlucky.
@@ -88,7 +88,9 @@ def normalize_assistant(
                 arguments = fn.get("arguments")
                 if not (isinstance(arguments, str) and arguments.strip()):
                     arguments = _arguments(arguments)
-                calls.append(ToolCall(call_id, name, arguments))
+                call = new_value(ToolCall)  # ToolCall(call_id, name, arguments)
+                call.id, call.name, call.arguments = call_id, name, arguments
+                calls.append(call)
                 calls_json.append({"id": call_id, "type": "function",
                                    "function": {"name": name, "arguments": arguments}})
     if not calls:
@@ -98,7 +100,9 @@ def normalize_assistant(
             if isinstance(name, str) and name != "":
                 call_id = _fresh_id(id_factory, set(), used_ids)
                 name, arguments = bounded_name(name), _arguments(legacy.get("arguments"))
-                calls.append(ToolCall(call_id, name, arguments))
+                call = new_value(ToolCall)  # ToolCall(call_id, name, arguments)
+                call.id, call.name, call.arguments = call_id, name, arguments
+                calls.append(call)
                 calls_json.append({"id": call_id, "type": "function",
                                    "function": {"name": name, "arguments": arguments}})
 
