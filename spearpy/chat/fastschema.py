@@ -119,25 +119,31 @@ def _object_check(schema: dict[str, Any],
         return False, None
     if not props and not required and extra:
         return True, None
-    compiled: list[tuple[str, tuple[type, ...], Check]] = []
+    needed = frozenset(required)
+    compiled: list[tuple[str, tuple[type, ...], Check, bool]] = []
     for name, sub in props.items():
         check = compile_check(sub)
         if check is None:
             return False, None
-        compiled.append((name, _exact_types(sub), check))
+        compiled.append((name, _exact_types(sub), check, name in needed))
     known = frozenset(props)
-    needed = frozenset(required)
+    # A required name with a property schema is tested in the walk over the
+    # properties, which looks it up anyway; only the others take a set test
+    # (a dict-view comparison cost more than the whole walk).
+    unlisted = needed - known
 
     def check_object(value: Any) -> bool:
         if not isinstance(value, dict):
             return not must_be_object  # object keywords alone ignore other types
-        if needed and not value.keys() >= needed:  # one set test, not one per name
+        if unlisted and not value.keys() >= unlisted:  # one set test, not one per name
             return False
-        for name, exact, sub in compiled:
+        for name, exact, sub, is_required in compiled:
             if name in value:
                 item = value[name]
                 if type(item) not in exact and not sub(item):
                     return False
+            elif is_required:
+                return False
         return extra or all(key in known for key in value)
 
     return True, check_object
