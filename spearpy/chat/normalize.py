@@ -100,9 +100,7 @@ def normalize_assistant(
             if isinstance(name, str) and name != "":
                 call_id = _fresh_id(id_factory, set(), used_ids)
                 name, arguments = bounded_name(name), _arguments(legacy.get("arguments"))
-                call = new_value(ToolCall)  # ToolCall(call_id, name, arguments)
-                call.id, call.name, call.arguments = call_id, name, arguments
-                calls.append(call)
+                calls.append(ToolCall(call_id, name, arguments))
                 calls_json.append({"id": call_id, "type": "function",
                                    "function": {"name": name, "arguments": arguments}})
 
