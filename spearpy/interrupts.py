@@ -20,7 +20,22 @@ from spearpy.fds import Waker
 from spearpy.outcome import Outcome
 
 Reason = tuple[Outcome, str]
-_EVENT = threading.Event
+
+
+def _flag_readable_event() -> type[threading.Event] | None:
+    """threading.Event when its is_set() is `return self._flag` (every CPython
+    so far), checked once here: another Python gets is_set() everywhere."""
+    probe = threading.Event()
+    try:
+        if probe._flag is not False:  # type: ignore[attr-defined]
+            return None
+        probe.set()
+        return threading.Event if probe._flag is True else None  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+
+
+_EVENT = _flag_readable_event()
 
 
 class Interrupts:
