@@ -5,6 +5,7 @@ service log with keys scrubbed, and nothing unscrubbed from uvicorn."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -88,7 +89,11 @@ def test_a_run_the_executor_refuses_is_answered_500_every_time(tmp_path: Path) -
     with BackgroundServer(app, grace=0.5) as server, \
             httpx.Client(base_url=server.url, timeout=30) as client:
         app.state.service.runs.executor.close()
+        # A slow disk: each 500 must still wait for its run's record, or the
+        # list below misses the latest runs.
+        store = app.state.service.store
         for _ in range(15):
+            store._submit(lambda db: time.sleep(0.05))
             assert_problem(client.post("/v1/runs", json={"module": "c_hello"}), 500, "internal")
         # Each left a record: ended (not running until a restart), with its end event.
         runs = client.get("/v1/runs").json()["runs"]

@@ -126,8 +126,12 @@ class RunManager:
         except BaseException as exc:
             # It never ran: its record ends now (host_error), or the list and
             # page would show it running until a restart. The caller gives
-            # the slot back.
+            # the slot back. Its 500 waits for the record, as an id does: a
+            # client that lists runs next finds it (its end shows from memory
+            # until that commits too).
             self._record_end(live, None, exc)
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(inserted)
             raise
         if self._on_start is not None:
             self._on_start(target.name)
