@@ -3,7 +3,8 @@
 Runs the scenarios, prints the table and writes the JSON document
 (default bench/results/latest.json); a full run (every scenario, not
 --quick, or --archive) also keeps a copy named for its time and machine,
-bench/results/<UTC time>-<host>.json, the file docs/benchmarks.md quotes.
+bench/results/<UTC time>-<host>[-<scenarios>].json, the file docs/benchmarks.md
+quotes.
 Exit status 0 whatever the ratios: figures are reported, never asserted; 1
 only when a scenario crashed.
 
@@ -57,6 +58,18 @@ def stamp() -> str:
     """A file name for this run: UTC minute and host, e.g. 2026-11-25T0400Z-vm."""
     host = "".join(c if c.isalnum() or c in "-_" else "_" for c in platform.node()) or "host"
     return time.strftime("%Y-%m-%dT%H%MZ", time.gmtime()) + f"-{host}"
+
+
+def _archive_path(suffix: str) -> Path:
+    """A new file for this run: a partial run is named for its scenarios,
+    and a second run within the same minute gets -2, -3 (it overwrote the
+    first before)."""
+    base = f"{stamp()}{suffix}"
+    path, n = RESULTS / f"{base}.json", 1
+    while path.exists():
+        n += 1
+        path = RESULTS / f"{base}-{n}.json"
+    return path
 
 
 def _py_spy() -> str | None:
@@ -147,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     written = [args.json]
     full = not args.quick and chosen == list(SCENARIOS)
     if args.archive or (args.archive is None and full):
-        archived = RESULTS / f"{stamp()}.json"
+        archived = _archive_path("" if full else "-" + "-".join(chosen))
         write_json(doc, archived)
         written.append(archived)
     if args.markdown:
