@@ -252,6 +252,7 @@ class Host:
             if self._closed:
                 raise RuntimeError("this Host is closed")
             self._active.add(run)
+            self._ticker.resume()
         try:
             result = run.execute()
         finally:

@@ -19,6 +19,7 @@ import json
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -275,6 +276,21 @@ def test_cancel_from_another_thread_ends_the_run(host: Host, entry: str) -> None
         result = handle.result(timeout=HANG_GUARD_S)
     assert (result.outcome, result.exit_code) == ("cancelled", 130)
     assert "cancelled" in result.message
+
+
+def test_an_idle_host_moves_no_epochs_and_the_next_run_still_meets_its_deadline(
+        host: Host) -> None:
+    # The ticker sleeps while no run is in progress (it woke 100 times a
+    # second for nothing): no epoch moves over a quiet spell...
+    ticker = host._ticker
+    time.sleep(0.05)  # a tick begun before the Host went idle may still land
+    quiet = ticker.ticks
+    time.sleep(0.3)
+    assert ticker.ticks - quiet <= 1
+    # ...and the next run wakes it: a spinning guest is still stopped.
+    result = run_hostile(host, RUN, invoke="spin", limits={"timeout": 0.5})
+    assert (result.outcome, result.exit_code) == ("timeout", 124), result.message
+    assert ticker.ticks > quiet
 
 
 def test_cancel_while_the_upstream_is_slow(scripted: Any) -> None:
