@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +36,7 @@ from spearpy.observe.events import (
     EventSink,
 )
 from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.scratch import scratch_dir
 from spearpy.secret_env import guest_env
 
 if TYPE_CHECKING:
@@ -86,51 +83,6 @@ class RunOptions:
     # The run's user streams (Host.run(streams=...)); None: no client can
     # reach it, and user_stream_open / user_stream_ctl_open answer -ENOTCONN.
     streams: StreamHub | None = None
-
-
-def _scratch_root() -> str | None:
-    """Where runs make their scratch directories (the capture FIFOs, a stdin
-    file): a tmpfs when the system has one and temporary files go to the
-    default /tmp (neither TMPDIR nor `tempfile.tempdir` chose a place). On a
-    disk filesystem the directory and its two FIFOs cost ~2 ms CPU and up to
-    ~6 ms wall per run (journal updates; measured on ext4), more than ten
-    loopback completions, and 32 runs starting at once queue on them; on
-    tmpfs ~0.1 ms. None: tempfile's choice."""
-    return _tmpfs() if tempfile.gettempdir() == "/tmp" else None
-
-
-@functools.cache
-def _tmpfs() -> str | None:
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
-
-
-# What runs put in their scratch directory (stdin's file, the capture FIFOs).
-_SCRATCH_FILES = ("stdin", "stdout", "stderr")
-
-
-@contextlib.contextmanager
-def _scratch_dir(run_id: str) -> Iterator[Path]:
-    """A private directory for one run, named after it (the id is random) and
-    removed by unlinking what runs put there: `TemporaryDirectory` spent
-    ~90 us of a ~700 us run start on a random name and `shutil.rmtree`.
-    Anything unexpected inside still goes, through rmtree."""
-    root = _scratch_root() or tempfile.gettempdir()
-    path = os.path.join(root, f"spearpy-{run_id}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        path = tempfile.mkdtemp(prefix="spearpy-", dir=root)
-    try:
-        yield Path(path)
-    finally:
-        for name in _SCRATCH_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
-        try:
-            os.rmdir(path)
-        except OSError:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
@@ -337,7 +289,7 @@ class GuestRun:
 
     def execute(self) -> RunResult:
         """Instantiate, call the entry export, and report how the run ended."""
-        with _scratch_dir(self.run_id) as scratch:
+        with scratch_dir(self.run_id) as scratch:
             try:
                 outcome, message, exit_code = self._enter(scratch)
             finally:
