@@ -1,12 +1,15 @@
-"""The guest SDKs' rtasr controls end to end: Rust's `Rtasr::send_event`,
-`flush` and `clear` (guest/rust/samples/rtasr_controls.rs) and C's
-`sp_rtasr_send_event_json`, `sp_rtasr_flush` and `sp_rtasr_clear`
-(guest/c/samples/rtasr_controls.c), each run by `spearpy run` in a
-subprocess against a real WebSocket server on 127.0.0.1
-(spearpy.testing.ScriptedAsrServer), which transcribes one phrase of its
-script per 500 ms of audio and whatever is left over at a commit.
+"""The guest SDKs' rtasr controls end to end: Rust's `Rtasr::autoflush`,
+`send_event`, `flush` and `clear` (guest/rust/samples/rtasr_controls.rs) and
+C's `sp_rtasr_get_autoflush_alloc`, `sp_rtasr_send_event_json`,
+`sp_rtasr_flush` and `sp_rtasr_clear` (guest/c/samples/rtasr_controls.c),
+each run by `spearpy run` in a subprocess against a real WebSocket server
+on 127.0.0.1 (spearpy.testing.ScriptedAsrServer), which transcribes one
+phrase of its script per 500 ms of audio and whatever is left over at a
+commit.
 
-The sample sends one event, then three 100 ms chunks of tone: the first
+The sample sets autoflush "manual" and prints what get-autoflush reads back
+(the setting as the host keeps it: what was set, the parts not set null).
+Then it sends one event, then three 100 ms chunks of tone: the first
 flushed, the second cleared (and flushed after the clear), the third
 flushed. What the server took is checked on its side: the event as the
 guest wrote it, three commits and one clear, every byte of audio; and the
@@ -34,6 +37,9 @@ CHUNK = 4800  # 100 ms of pcm16 at 24 kHz: less than a phrase's worth
 ITEM = {"type": "conversation.item.create", "item": {
     "type": "message", "role": "user",
     "content": [{"type": "input_text", "text": "spear rtasr controls"}]}}
+AUTOFLUSH = {"strategy": "manual", "flush_on_close": False}  # as the samples set it
+# What get-autoflush answers after that set (the host's default is server_vad).
+AUTOFLUSH_READ_BACK = {**AUTOFLUSH, "vad": None, "client_commit": None}
 
 
 def words(phrase: str) -> list[str]:
@@ -42,7 +48,9 @@ def words(phrase: str) -> list[str]:
 
 EXPECTED = [
     "rtasr_controls started",
-    "set transport: 0", "set autoflush: 0", "connect: 0",
+    "set transport: 0", "set autoflush: 0",
+    "autoflush: " + json.dumps(AUTOFLUSH_READ_BACK, separators=(",", ":")),
+    "connect: 0",
     "event: session.created", "event: session.updated",
     "send_event: 0",
     f"write: {CHUNK}", "flush: 0",

@@ -638,11 +638,12 @@ enum { SPEAR_RTA_CTL_SET_PARAM = 1, SPEAR_RTA_CTL_CONNECT = 2, SPEAR_RTA_CTL_GET
        SPEAR_RTA_CTL_SEND_EVENT = 4, SPEAR_RTA_CTL_FLUSH = 5, SPEAR_RTA_CTL_CLEAR = 6,
        SPEAR_RTA_CTL_SET_AUTOFLUSH = 7, SPEAR_RTA_CTL_GET_AUTOFLUSH = 8 };
 
-/* One mic frame, rtasr event or status in a malloc'd buffer (free it),
- * NUL-terminated past *out_len; NULL on any error, SP_EAGAIN included. */
-enum { SP__AUDIO_MIC_READ, SP__AUDIO_MIC_STATUS, SP__AUDIO_RTASR_READ, SP__AUDIO_RTASR_STATUS };
+/* One mic frame, rtasr event, status or autoflush in a malloc'd buffer (free
+ * it), NUL-terminated past *out_len; NULL on any error, SP_EAGAIN included. */
+enum { SP__AUDIO_MIC_READ, SP__AUDIO_MIC_STATUS, SP__AUDIO_RTASR_READ, SP__AUDIO_RTASR_STATUS,
+       SP__AUDIO_RTASR_AUTOFLUSH };
 static inline uint8_t *sp__audio_read_alloc(int32_t which, int32_t fd, uint32_t *out_len) {
-    uint32_t cap = which == SP__AUDIO_MIC_STATUS || which == SP__AUDIO_RTASR_STATUS ? 8192 : 65536;
+    uint32_t cap = which == SP__AUDIO_MIC_READ || which == SP__AUDIO_RTASR_READ ? 65536 : 8192;
     uint8_t *buf = (uint8_t *)malloc(cap + 1);
     for (int attempt = 0; buf && attempt < 4; attempt++) {
         uint32_t len = cap;
@@ -652,6 +653,8 @@ static inline uint8_t *sp__audio_read_alloc(int32_t which, int32_t fd, uint32_t 
         case SP__AUDIO_MIC_STATUS:
             rc = sp_mic_ctl(fd, SPEAR_MIC_CTL_GET_STATUS, SP_PTR(buf), SP_PTR(&len)); break;
         case SP__AUDIO_RTASR_READ: rc = sp_rtasr_read(fd, SP_PTR(buf), SP_PTR(&len)); break;
+        case SP__AUDIO_RTASR_AUTOFLUSH:
+            rc = sp_rtasr_ctl(fd, SPEAR_RTA_CTL_GET_AUTOFLUSH, SP_PTR(buf), SP_PTR(&len)); break;
         default: rc = sp_rtasr_ctl(fd, SPEAR_RTA_CTL_GET_STATUS, SP_PTR(buf), SP_PTR(&len));
         }
         if (rc >= 0 && len <= cap) {
@@ -723,6 +726,9 @@ static inline uint8_t *sp_rtasr_read_alloc(int32_t fd, uint32_t *out_len) {
 }
 static inline uint8_t *sp_rtasr_get_status_alloc(int32_t fd, uint32_t *out_len) {
     return sp__audio_read_alloc(SP__AUDIO_RTASR_STATUS, fd, out_len);
+}
+static inline uint8_t *sp_rtasr_get_autoflush_alloc(int32_t fd, uint32_t *out_len) {
+    return sp__audio_read_alloc(SP__AUDIO_RTASR_AUTOFLUSH, fd, out_len);
 }
 
 /* ---- allocator exports (the host's fallback when no arena is set) ------- */

@@ -1,9 +1,11 @@
 /* rtasr_controls: spear.h's realtime speech-recognition controls,
- * sp_rtasr_send_event_json, sp_rtasr_flush and sp_rtasr_clear (the C twin of
- * guest/rust/samples/rtasr_controls.rs, same output).
+ * sp_rtasr_get_autoflush_alloc, sp_rtasr_send_event_json, sp_rtasr_flush and
+ * sp_rtasr_clear (the C twin of guest/rust/samples/rtasr_controls.rs, same
+ * output).
  *
  * Connects an rtasr fd (the websocket transport, autoflush "manual": only
- * the guest commits) and waits for `session.updated`, then, waiting after
+ * the guest commits; the autoflush the host then reports is printed as
+ * `autoflush: JSON`) and waits for `session.updated`, then, waiting after
  * each step for the server's answer:
  *   1. send-event: a `conversation.item.create` event, passed on as it is;
  *   2. 100 ms of tone, flush: the server commits it and transcribes it;
@@ -61,6 +63,19 @@ static int print_event(const char *event, const char *kind) {
     return found;
 }
 
+/* Prints the autoflush the host reports; 1 when it could not be read. */
+static int print_autoflush(void) {
+    uint32_t len = 0;
+    uint8_t *json = sp_rtasr_get_autoflush_alloc(asr_fd, &len);
+    if (!json) {
+        printf("autoflush: failed\n");
+        return 1;
+    }
+    printf("autoflush: %s\n", (char *)json);
+    free(json);
+    return 0;
+}
+
 /* Reads and prints events until one of type `kind`; 0 then, else 1 (said why). */
 static int until(const char *kind) {
     for (;;) {
@@ -91,6 +106,7 @@ static int until(const char *kind) {
 static int steps(void) {
     if (failed("set transport", sp_rtasr_set_param_string(asr_fd, "transport", "websocket")) ||
         failed("set autoflush", sp_rtasr_set_autoflush_json(asr_fd, AUTOFLUSH, strlen(AUTOFLUSH))) ||
+        print_autoflush() ||
         failed("connect", sp_rtasr_connect(asr_fd)) || until("session.updated"))
         return 1;
 

@@ -1,9 +1,10 @@
 //! rtasr_controls: the realtime speech-recognition controls of the
-//! spear_guest crate, `Rtasr::send_event`, `flush` and `clear` (the Rust twin
-//! of guest/c/samples/rtasr_controls.c, same output).
+//! spear_guest crate, `Rtasr::autoflush`, `send_event`, `flush` and `clear`
+//! (the Rust twin of guest/c/samples/rtasr_controls.c, same output).
 //!
 //! Connects an rtasr fd (the websocket transport, autoflush "manual": only
-//! the guest commits) and waits for `session.updated`, then, waiting after
+//! the guest commits; the autoflush the host then reports is printed as
+//! `autoflush: JSON`) and waits for `session.updated`, then, waiting after
 //! each step for the server's answer:
 //!   1. send_event: a `conversation.item.create` event, passed on as it is;
 //!   2. 100 ms of tone, flush: the server commits it and transcribes it;
@@ -100,6 +101,7 @@ impl Run {
         let asr = &self.asr;
         report("set transport", unit(asr.set_param("transport", "websocket")))?;
         report("set autoflush", unit(asr.set_autoflush(AUTOFLUSH)))?;
+        println!("autoflush: {}", asr.autoflush().map_err(|_| "autoflush: failed")?);
         report("connect", unit(asr.connect()))?;
         self.until("session.updated")?;
 
