@@ -22,8 +22,9 @@ from bench.guests import (
 )
 from bench.stats import Row, Series, Target, interleaved
 from spearpy import _native, abi
+from spearpy.chat.protocol import CallBudget
 from spearpy.fds import ChatSessionFd
-from spearpy.guestcall import call_tool
+from spearpy.guestcall import GuestTools
 from spearpy.host import Host
 
 PAYLOAD = ('{"text":"' + "x" * 189 + '"}')  # 200 bytes of JSON arguments
@@ -131,11 +132,14 @@ def run(quick: bool) -> list[Row]:
     floor = RawToolCall(guest, ECHO)
     previous = _native.enter_run(guest.run)
     try:
-        arena = (ARENA_PTR, ARENA_LEN)
+        # The loop's own path: one guest source per run and one budget per
+        # send (call_tool builds both per call, a cost no send pays).
+        source = GuestTools(guest.run)
+        budget = CallBudget(65536, params={"tool_arena_ptr": ARENA_PTR,
+                                           "tool_arena_len": ARENA_LEN})
 
         def spear_tool() -> str:
-            outcome = call_tool(guest.run, ECHO, PAYLOAD, 65536, arena)
-            return outcome.output
+            return source.call(ECHO, PAYLOAD, budget).output
 
         assert spear_tool() == PAYLOAD
         assert plain.tool_call(PAYLOAD) == PAYLOAD
