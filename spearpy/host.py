@@ -7,11 +7,12 @@ module) and the HTTP client are shared by all runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -248,22 +249,30 @@ class Host:
             send_hook=send_hook, streams=streams,
         )
         run = GuestRun(self, loaded, options)
+        with self.in_progress(run):
+            result = run.execute()
+        if collect_events:
+            return _with_events(result, collected)
+        return result
+
+    @contextlib.contextmanager
+    def in_progress(self, run: GuestRun) -> Iterator[None]:
+        """While `run` executes guest code: close() cancels and waits for it,
+        and the epoch ticker (which sleeps with no run in progress) moves, so
+        its deadlines and cancels reach running wasm."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("this Host is closed")
             self._active.add(run)
             self._ticker.resume()
         try:
-            result = run.execute()
+            yield
         finally:
             with self._lock:
                 self._active.discard(run)
                 self._idle.notify_all()
                 if self._closed and not self._active:
                     self._ticker.stop()  # close() left it running for this run
-        if collect_events:
-            return _with_events(result, collected)
-        return result
 
     def start(self, module: str | os.PathLike[str] | bytes | LoadedModule,
               argv: list[str] | tuple[str, ...] = (), **kwargs: Any) -> RunHandle:

@@ -32,6 +32,7 @@ from spearpy import abi
 from spearpy.capture import MAX_CAPTURE_BYTES
 from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
+from spearpy.instance import RunOptions
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript
@@ -365,3 +366,24 @@ def test_hostile_sample_beside_a_good_neighbour(host: Host, name: str, limits: d
         assert line in stdout
     for transcript in result.transcripts:
         assert_valid_transcript(transcript["messages"])
+
+
+def test_a_live_instance_call_is_a_run_in_progress_for_the_ticker(host: Host) -> None:
+    # Export by export (spearpy.testing): its wasm still stops at its
+    # deadline, which needs the ticker awake although Host.run is not used.
+    probe = Probe(host, RUN, RunOptions(capture_output=True, limits={"timeout": 0.3}))
+    outcome: list[BaseException | object] = []
+    thread = threading.Thread(target=lambda: outcome.append(_call_spin(probe)), daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), "spinning wasm in a live instance was never interrupted"
+    assert isinstance(outcome[0], (wasmtime.Trap, wasmtime.WasmtimeError)), outcome
+    assert probe.run.interrupts.reason() is not None  # its deadline, noted
+    probe.close()
+
+
+def _call_spin(probe: Probe) -> BaseException | object:
+    try:
+        return probe.call("spin")
+    except BaseException as exc:  # the trap is the expected result
+        return exc

@@ -36,7 +36,8 @@ class LiveInstance:
         assert isinstance(func, wasmtime.Func)
         previous = _native.enter_run(self.run)
         try:
-            return func(self.store, *args)
+            with self.host.in_progress(self.run):  # its deadlines and cancels tick
+                return func(self.store, *args)
         finally:
             _native.enter_run(previous)
 
