@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,13 @@ from spearpy.instance import GuestRun
 from spearpy.testing import Script, ScriptedServer
 from tests.mic_support import make_speech
 from tests.probe import Probe, wat_module
+
+# Started as a background job (`cmd &` in a script: no job control), the
+# suite inherits SIGINT ignored, and so would every `spearpy` process it
+# starts, which then never sees the Ctrl-C the interrupt tests send. They
+# need what a user at a terminal has: SIGINT raising KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
