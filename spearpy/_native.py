@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from wasmtime import _ffi as ffi
 
-from spearpy.outcome import Outcome
+from spearpy.errors import GuestCallError, HostInterrupt
 
 if TYPE_CHECKING:
     import wasmtime
@@ -80,15 +80,6 @@ def enter_run(run: GuestRun | None) -> GuestRun | None:
     previous: GuestRun | None = getattr(_current, "run", None)
     _current.run = run
     return previous
-
-
-class HostInterrupt(Exception):
-    """Raised inside a hostcall to end the guest with a trap (deadline, cancel, limits)."""
-
-    def __init__(self, outcome: str, message: str) -> None:
-        super().__init__(message)
-        self.outcome = Outcome(outcome)  # a bad name fails here, where it was raised
-        self.message = message
 
 
 def trap_pointer(message: str) -> int:
@@ -173,16 +164,6 @@ def define_hostcall(
 
 def _error_ptr(address: int) -> Any:
     return ctypes.cast(address, ctypes.POINTER(ffi.wasmtime_error_t))
-
-
-class GuestCallError(Exception):
-    """A call into the guest trapped or failed; `exit_code` is set for proc_exit."""
-
-    def __init__(self, message: str, trap_code: int | None = None,
-                 exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.trap_code = trap_code
-        self.exit_code = exit_code
 
 
 def trap_summary(code: Any, message: str) -> str:

@@ -3,6 +3,8 @@ they get errno values and error bodies)."""
 
 from __future__ import annotations
 
+from spearpy.outcome import Outcome
+
 
 class SpearpyError(Exception):
     """Base of every exception spearpy raises."""
@@ -24,3 +26,22 @@ class ModuleLoadError(SpearpyError):
 
 class ConfigError(SpearpyError):
     """The host configuration is unusable (bad backend spec, unreadable script...)."""
+
+
+class HostInterrupt(SpearpyError):
+    """Raised inside a hostcall to end the guest with a trap (deadline, cancel, limits)."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = Outcome(outcome)  # a bad name fails here, where it was raised
+        self.message = message
+
+
+class GuestCallError(SpearpyError):
+    """A call into the guest trapped or failed; `exit_code` is set for proc_exit."""
+
+    def __init__(self, message: str, trap_code: int | None = None,
+                 exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.trap_code = trap_code
+        self.exit_code = exit_code

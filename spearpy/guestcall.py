@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spearpy import abi
-from spearpy._native import GuestCallError
 from spearpy.chat.protocol import CallBudget, ToolOutcome, new_value
+from spearpy.errors import GuestCallError
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:

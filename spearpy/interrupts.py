@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from spearpy._native import HostInterrupt
+from spearpy.errors import HostInterrupt
 from spearpy.fds import Waker
 from spearpy.outcome import Outcome
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from spearpy import abi
 from spearpy._native import memory_data, memory_data_size, memory_handles
+from spearpy.errors import SpearpyError
 
 if TYPE_CHECKING:
     import wasmtime
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 U32_MAX = 0xFFFFFFFF
 
 
-class GuestFault(Exception):
+class GuestFault(SpearpyError):
     """A pointer or length outside guest memory (the hostcall returns EFAULT)."""
 
 

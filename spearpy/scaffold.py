@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from spearpy.build.sdk import c_header, rust_crate
+from spearpy.errors import SpearpyError
 
 TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
 LANGUAGES = ("c", "rust")
@@ -37,7 +38,7 @@ _RENAMES = {"_gitignore": ".gitignore", "_cargo": ".cargo"}
 _TEXT_SUFFIXES = {".c", ".h", ".rs", ".toml", ".lock", ".json", ".md", ""}
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(SpearpyError, ValueError):
     """A name that cannot be used, or a directory that is already taken."""
 
 

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 
+from spearpy.errors import SpearpyError
+
 __all__ = ["ANTHROPIC_KEY_ENV", "BUILTIN_KEY_ENVS", "OPENAI_KEY_ENV", "SecretEnvError",
            "guest_env", "inheritable_env", "is_secret_name", "is_secret_value",
            "passed_through"]
@@ -66,7 +68,7 @@ _VALUE_PATTERNS = "|".join((
 _MIN_KEY_LEN = 8
 
 
-class SecretEnvError(ValueError):
+class SecretEnvError(SpearpyError, ValueError):
     """A variable was asked for by name that the guest may not get from the host."""
 
 

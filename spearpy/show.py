@@ -23,13 +23,15 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
+from spearpy.errors import SpearpyError
+
 DEFAULT_DIR_ENV = "SPEARPY_TRANSCRIPT_DIR"
 DEFAULT_MAX_LINES = 40
 _ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan",
                 "tool": "yellow"}
 
 
-class TranscriptNotFound(LookupError):
+class TranscriptNotFound(SpearpyError, LookupError):
     """Neither a transcript file nor a run id found in the directory."""
 
 

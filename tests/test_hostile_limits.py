@@ -29,7 +29,7 @@ import pytest
 import wasmtime
 
 from spearpy import abi
-from spearpy._native import HostInterrupt
+from spearpy.errors import HostInterrupt
 from spearpy.host import Host
 from spearpy.hostcalls.limits import (
     PARSED_BYTES_PER_TOKEN,

@@ -28,8 +28,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from spearpy._native import HostInterrupt
 from spearpy.chat.session import ChatSession
+from spearpy.errors import HostInterrupt
 from spearpy.host import Host
 from spearpy.mcp.bridge import BridgeClosed, GuestBridge
 from spearpy.mcp.serve import GuestToolServer, ServeError

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from spearpy.errors import SpearpyError
+
 MANUAL, SERVER_VAD, CLIENT_COMMIT = "manual", "server_vad", "client_commit"
 _STRATEGIES = {"manual": MANUAL, "off": MANUAL, "server_vad": SERVER_VAD,
                "client_commit": CLIENT_COMMIT}
@@ -22,7 +24,7 @@ DEFAULT_PREFIX_PADDING_MS = 300
 DEFAULT_MIN_FLUSH_GAP_MS = 500
 
 
-class SegmentationError(ValueError):
+class SegmentationError(SpearpyError, ValueError):
     """The autoflush JSON is not one SPEAR accepts (the ctl returns -EINVAL)."""
 
 

@@ -45,6 +45,7 @@ from spearpy.backends.streaming import (
 from spearpy.backends.wire import TransportWrapper, Wire, WireResponse
 from spearpy.chat.history import History
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
+from spearpy.errors import SpearpyError
 from spearpy.observe.scrub import SecretScrubber
 
 # A chat completion is a few KiB; 32 MiB is far past any honest answer and
@@ -56,7 +57,7 @@ __all__ = ["MAX_RESPONSE_BYTES", "DecodeError", "HTTPBackend", "StreamAssembler"
            "TransportRefusal", "TransportWrapper", "error_details"]
 
 
-class TransportRefusal(Exception):
+class TransportRefusal(SpearpyError):
     """Raised by a transport that will not carry a request (replay divergence):
     the backend fails the request with `code` at once, without retrying."""
 
@@ -66,7 +67,7 @@ class TransportRefusal(Exception):
         self.message = message
 
 
-class DecodeError(Exception):
+class DecodeError(SpearpyError):
     """A 2xx body the dialect cannot turn into a chat completion."""
 
 

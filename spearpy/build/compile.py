@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spearpy.build.toolchains import CToolchain, RustToolchain, find_c, find_rust
+from spearpy.errors import SpearpyError
 
 C_FLAGS = ("-O2", "-Wall", "-Wextra", "-Wl,--export-table", "-Wl,--strip-debug")
 RUST_FLAGS = ("--edition", "2021", "-C", "opt-level=s", "-C", "strip=debuginfo")
 EXPORT_TABLE = "link-arg=--export-table"
 
 
-class BuildFailed(Exception):
+class BuildFailed(SpearpyError):
     """The compiler ran and refused; its own output already went to stderr
     (or is in `output` when it was captured)."""
 
@@ -33,7 +34,7 @@ class BuildFailed(Exception):
         self.output = output
 
 
-class NothingToBuild(ValueError):
+class NothingToBuild(SpearpyError, ValueError):
     """The path is not a guest this command knows how to build."""
 
 

@@ -11,6 +11,8 @@ import filecmp
 import shutil
 from pathlib import Path
 
+from spearpy.errors import SpearpyError
+
 _PACKAGE = Path(__file__).resolve().parents[1]
 SDK_ROOT = _PACKAGE / "data" / "sdk"
 # A checkout: spearpy/ next to guest/. Absent in an installed wheel.
@@ -20,7 +22,7 @@ CHECKOUT_GUEST = _PACKAGE.parent / "guest"
 _PAIRS = {"c/spear.h": "c/spear.h", "rust/spear-guest/src": "rust/spear-guest/src"}
 
 
-class SdkMissing(RuntimeError):
+class SdkMissing(SpearpyError, RuntimeError):
     """The package was installed without its data files."""
 
 

@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spearpy.errors import SpearpyError
+
 RUST_TARGETS = ("wasm32-wasip1", "wasm32-wasi")
 C_TARGET = "wasm32-wasi"
 _DEFAULT_CLANG_MAJOR = 14  # Debian 12's clang; its runtime package carries the number
 _PROBE_TIMEOUT_S = 60
 
 
-class ToolchainMissing(Exception):
+class ToolchainMissing(SpearpyError):
     """No compiler for the job; the message says what was tried and `install`
     the commands that would fix it."""
 

@@ -24,6 +24,8 @@ from typing import Any
 import regex
 from jsonschema.exceptions import ValidationError
 
+from spearpy.errors import SpearpyError
+
 # The whole validation of one call's arguments: ample for any pattern that
 # does not backtrack catastrophically (those take microseconds).
 PATTERN_BUDGET_S = 0.25
@@ -32,7 +34,7 @@ PATTERN_BUDGET_S = 0.25
 MAX_PATTERN_CHARS = 4096
 
 
-class PatternTimeout(Exception):
+class PatternTimeout(SpearpyError):
     """The arguments' patterns took longer than the validation's budget."""
 
     def __init__(self, pattern: str) -> None:

@@ -19,6 +19,7 @@ from spearpy import _json, abi
 from spearpy.chat.fastschema import Check, compile_check
 from spearpy.chat.protocol import JSONDict, ToolSource
 from spearpy.chat.schemarefs import in_place_ref_problem
+from spearpy.errors import SpearpyError
 
 if TYPE_CHECKING:
     import referencing
@@ -40,7 +41,7 @@ def _no_remote_refs() -> referencing.Registry[Any]:
     return referencing.Registry()
 
 
-class RegistryError(Exception):
+class RegistryError(SpearpyError):
     """A schema or registration the guest must be told about (negative errno)."""
 
     def __init__(self, errno: int, message: str) -> None:

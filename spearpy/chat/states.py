@@ -12,8 +12,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
+from spearpy.errors import SpearpyError
 
-class LoopProtocolError(RuntimeError):
+
+class LoopProtocolError(SpearpyError, RuntimeError):
     """The driver broke the protocol (a result nobody asked for, a reused loop)."""
 
 

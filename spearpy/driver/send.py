@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from spearpy import _json, abi
-from spearpy._native import HostInterrupt
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.router import route_record
 from spearpy.chat.loop import ToolLoop
@@ -26,6 +25,7 @@ from spearpy.chat.protocol import (
     ToolSkipped,
 )
 from spearpy.driver import upstream
+from spearpy.errors import HostInterrupt
 from spearpy.fds import ChatResponse, ChatSessionFd
 from spearpy.observe import events as ev
 from spearpy.observe import fields

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from spearpy._native import HostInterrupt
+from spearpy.errors import HostInterrupt
 
 if TYPE_CHECKING:
     from spearpy.instance import GuestRun

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spearpy import abi
-from spearpy._native import HostInterrupt
+from spearpy.errors import HostInterrupt
 from spearpy.memory import GuestFault
 from spearpy.outcome import Outcome
 

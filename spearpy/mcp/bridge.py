@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spearpy import _json, abi
-from spearpy._native import HostInterrupt
 from spearpy.chat.params import resolve_limits
 from spearpy.chat.protocol import CallBudget, ToolOutcome
 from spearpy.chat.session import tool_error_content
+from spearpy.errors import HostInterrupt
 
 if TYPE_CHECKING:
     from spearpy.chat.registry import Tool

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from spearpy.errors import SpearpyError
 from spearpy.observe.events import EventSink, FanOut
 from spearpy.observe.live import LiveView
 from spearpy.observe.logs import LogSink, configure_logging
@@ -29,7 +30,7 @@ OPTION_NAMES = ("events_file", "transcript_dir", "transcript_max_tool_bytes", "m
                 "log_content", "otel", "otel_spans", "quiet")
 
 
-class ObserveSetupError(ValueError):
+class ObserveSetupError(SpearpyError, ValueError):
     """An output that cannot be opened (path, port, missing extra), named."""
 
 

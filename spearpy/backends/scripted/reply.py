@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from spearpy import _json
+from spearpy.errors import SpearpyError
 
 JSONDict: TypeAlias = dict[str, Any]
 
@@ -52,7 +53,7 @@ _ERROR_KINDS: dict[int, tuple[str, str]] = {
 }
 
 
-class ScriptError(ValueError):
+class ScriptError(SpearpyError, ValueError):
     """A script (or a reply produced by a script callable) is invalid."""
 
 
