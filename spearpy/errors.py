@@ -24,8 +24,9 @@ class ModuleLoadError(SpearpyError):
         return cls(f"not a valid {kind}: {lines[0] if lines else type(reason).__name__}")
 
 
-class ConfigError(SpearpyError):
-    """The host configuration is unusable (bad backend spec, unreadable script...)."""
+class ConfigError(SpearpyError, ValueError):
+    """The host configuration is unusable (bad config file, backend spec, unreadable
+    script...). Also a ValueError: a bad value is what it is."""
 
 
 class HostInterrupt(SpearpyError):

@@ -21,6 +21,7 @@ import wasmtime
 from spearpy import wasi_runtime
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
+from spearpy.config_file import read_config_file
 from spearpy.embed import RunHandle, start_run
 from spearpy.engine import EpochTicker, engine_config
 from spearpy.errors import ConfigError, ModuleLoadError
@@ -329,14 +330,13 @@ class Host:
 
 def _config_file_tables(config: HostConfig) -> tuple[list[Path], list[Any], dict[str, Any]]:
     """(MCP record dirs, inline MCP records, task keys) of the config file."""
-    from spearpy.backends.config_file import default_config_path
-
-    path = config.config_file or default_config_path()
-    if not Path(path).is_file():
+    file = read_config_file(config.config_file)
+    if file.path is None:
         return [], [], {}
-    from spearpy.mcp.configfile import config_tables  # and tomllib: only for a file
+    from spearpy.mcp.config_tables import mcp_tables
 
-    return config_tables(path)
+    dirs, servers = mcp_tables(file)
+    return dirs, servers, file.table("task")
 
 
 def _with_events(result: RunResult, events: list[Event]) -> RunResult:

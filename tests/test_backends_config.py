@@ -12,8 +12,9 @@ import pytest
 
 from spearpy import abi
 from spearpy.backends.catalog import BackendCatalog
-from spearpy.backends.config_file import default_config_path, load_config_file
+from spearpy.backends.specs import BackendSpec, backend_specs
 from spearpy.config import HostConfig
+from spearpy.config_file import default_config_path, read_config_file
 from spearpy.errors import ConfigError
 from spearpy.host import Host
 from tests.probe import Probe, wat_module
@@ -28,6 +29,10 @@ from tests.test_backends_kit import (
 )
 
 __all__ = ["dialect_server", "hosts"]
+
+
+def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
+    return backend_specs(read_config_file(path))
 
 
 def catalog(**config: Any) -> BackendCatalog:

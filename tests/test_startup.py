@@ -35,7 +35,7 @@ NOT_AT_START = ("httpx", "httpcore", "tenacity", "jsonschema", "referencing", "s
                 "numpy", "soxr", "websockets", "spearpy.audio.select",
                 "spearpy.hostcalls.streams", "spearpy.hostcalls.mic", "spearpy.hostcalls.rtasr",
                 "spearpy.streams", "spearpy.asr", "spearpy.fds.mic", "spearpy.fds.rtasr",
-                "tomllib", "spearpy.mcp.configfile")
+                "tomllib", "spearpy.mcp.config_tables")
 
 _REPORT = """
 import json, sys

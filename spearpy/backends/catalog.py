@@ -29,14 +29,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from spearpy.backends.config_file import (
-    BackendSpec,
-    HostDefaults,
-    default_config_path,
-    load_config,
-)
 from spearpy.backends.routing.spec import AliasSpec, RoutingSpec, first_error
+from spearpy.backends.specs import BackendSpec, HostDefaults, backend_tables
 from spearpy.config import url_problem
+from spearpy.config_file import read_config_file
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -210,8 +206,9 @@ def _resolve(config: HostConfig) -> _Resolved:
     """The backends by name, the default's name, the cursor of a whole-host
     replay and the routing, every spec checked."""
     chosen = config.backend
-    loaded = load_config(config.config_file)  # a replay routes as the recorded run did
-    file_label = f"config file {str(config.config_file or default_config_path())!r}"
+    file = read_config_file(config.config_file)
+    loaded = backend_tables(file)  # a replay routes as the recorded run did
+    file_label = file.label
     if chosen is not None and chosen.startswith("replay:"):
         from spearpy.backends.replay import ReplayCursor
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spearpy.backends.anthropic import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, AnthropicBackend
-from spearpy.backends.config_file import BackendSpec, HostDefaults
 from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
 from spearpy.backends.openai import OpenAIBackend
 from spearpy.backends.quirks import QuirkProfile
 from spearpy.backends.retry import RetryPolicy
+from spearpy.backends.specs import BackendSpec, HostDefaults
 from spearpy.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -55,20 +55,14 @@ def build_registry(mcp_dirs: tuple[str, ...] = (), config_file: str | None = Non
     except (ValidationError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     dirs: list[Path] = list(config.mcp_dirs)
-    records: list[Any] = []
-    path = config.config_file
-    if path is None:
-        from spearpy.backends.config_file import default_config_path
+    from spearpy.config_file import read_config_file
+    from spearpy.mcp.config_tables import mcp_tables
 
-        path = default_config_path() if default_config_path().is_file() else None
-    if path is not None:
-        from spearpy.mcp.configfile import mcp_sources
-
-        try:
-            extra_dirs, records = mcp_sources(path)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        dirs += extra_dirs
+    try:
+        extra_dirs, records = mcp_tables(read_config_file(config.config_file))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    dirs += extra_dirs
     dirs += [Path(d) for d in mcp_dirs]
     return load_registry(dirs, records)
 

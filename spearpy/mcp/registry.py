@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from spearpy.config_file import TomlSyntaxError, parse_toml
 from spearpy.mcp.records import ServerRecord
 
 RecordSource = ServerRecord | Mapping[str, Any] | str | os.PathLike[str]
@@ -121,7 +121,7 @@ def _read(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
         return json.loads(text)
-    return tomllib.loads(text)
+    return parse_toml(text)
 
 
 def load_file(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None,
@@ -132,7 +132,7 @@ def load_file(path: str | os.PathLike[str], environ: Mapping[str, str] | None = 
         data = _read(Path(path))
     except (OSError, UnicodeDecodeError) as exc:
         return None, [RecordError(where, None, f"cannot read: {exc}")]
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+    except (TomlSyntaxError, json.JSONDecodeError) as exc:
         return None, [RecordError(where, None, f"invalid {Path(path).suffix[1:].upper()}: {exc}")]
     if not isinstance(data, dict):
         return None, [RecordError(where, None, "a record must be a table/object")]

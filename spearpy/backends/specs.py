@@ -1,5 +1,5 @@
-"""Named backends from a TOML file (`--config`, SPEARPY_CONFIG, or
-~/.config/spearpy/config.toml when present).
+"""Named backends: the `[backends.NAME]` tables and `default` of the config
+file (spearpy/config_file.py reads the file; this module owns these tables).
 
 ```toml
 default = "local"                 # optional: the backend a session gets when it names none
@@ -24,14 +24,11 @@ Routing across these backends (`[models]` aliases, `[[routes]]`,
 table belongs to spearpy.mcp.
 
 The whole file is validated when the host starts, so a typo fails at once
-with the offending key named, not at the guest's first send. Without a file
-the TOML parser is not imported: most runs have no file, and start-up pays
-for every import.
+with the offending key named, not at the guest's first send.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +37,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spearpy.backends.quirks import PROFILES, quirk_profile
-from spearpy.backends.routing.spec import TABLES as ROUTING_TABLES
 from spearpy.backends.routing.spec import RoutingSpec, parse_routing
+from spearpy.config_file import ConfigFile, read_config_file
 from spearpy.errors import ConfigError
 from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
 
@@ -52,8 +49,6 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "anthropic": "https://api.anthropic.com/v1",
 }
 DEFAULT_KEY_ENVS: dict[str, str] = {"openai": OPENAI_KEY_ENV, "anthropic": ANTHROPIC_KEY_ENV}
-# `mcp` is read by spearpy.mcp (record dirs and servers), not here.
-TOP_LEVEL = ("default", "backends", *ROUTING_TABLES, "mcp", "task")
 
 
 class BackendSpec(BaseModel):
@@ -107,57 +102,32 @@ class HostDefaults:
     max_retries: int = 2
 
 
-def default_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "spearpy" / "config.toml"
-
-
 @dataclass(frozen=True, slots=True)
-class ConfigFile:
+class BackendTables:
+    """What the config file says of backends: the specs, the default, the routing."""
+
     specs: dict[str, BackendSpec]
     default: str | None = None
     routing: RoutingSpec = field(default_factory=RoutingSpec)
 
 
-def load_config_file(path: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
-    """(backends by name, the file's default) from `path`, or from the default
-    location if `path` is None and that file exists."""
-    loaded = load_config(path)
-    return loaded.specs, loaded.default
+def load_config(path: Path | None) -> BackendTables:
+    """The backend tables of the file at `path` (or of the default file, when
+    `path` is None and one is there)."""
+    return backend_tables(read_config_file(path))
 
 
-def load_config(path: Path | None) -> ConfigFile:
-    """The whole file (backends, default, routing); empty when `path` is None
-    and the default location holds no file."""
-    explicit = path is not None
-    path = path if path is not None else default_config_path()
-    if not explicit and not path.is_file():
-        return ConfigFile({})
-    import tomllib  # only for a file
-
-    try:
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from exc
-    specs, default = parse_config(raw, path)
-    return ConfigFile(specs, default, parse_routing(raw, f"config file {str(path)!r}"))
+def backend_tables(file: ConfigFile) -> BackendTables:
+    specs, default = backend_specs(file)
+    return BackendTables(specs, default, parse_routing(file.raw, file.label))
 
 
-def parse_config(raw: dict[str, object], path: Path) -> tuple[dict[str, BackendSpec], str | None]:
-    where = f"config file {str(path)!r}"
-    unknown = sorted(set(raw) - set(TOP_LEVEL))
-    if unknown:
-        raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: "
-                          f"{', '.join(TOP_LEVEL)}")
-    tables = raw.get("backends", {})
-    if not isinstance(tables, dict):
-        raise ConfigError(f"{where}: `backends` must be a table of [backends.NAME] tables")
+def backend_specs(file: ConfigFile) -> tuple[dict[str, BackendSpec], str | None]:
+    """(backends by name, the file's default), every spec checked."""
+    where = file.label
     specs: dict[str, BackendSpec] = {}
-    for name, table in tables.items():
-        if not NAME.match(name):
+    for name, table in file.table("backends").items():
+        if not NAME.fullmatch(name):
             raise ConfigError(f"{where}: backend name {name!r} must match {NAME.pattern}")
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: [backends.{name}] must be a table")
@@ -168,8 +138,8 @@ def parse_config(raw: dict[str, object], path: Path) -> tuple[dict[str, BackendS
         problem = spec.problem()
         if problem is not None:
             raise ConfigError(f"{where}: [backends.{name}]: {problem}")
-        specs[name] = _relative_to(spec, path.parent)
-    default = raw.get("default")
+        specs[name] = _relative_to(spec, file.base_dir)
+    default = file.default
     if default is not None and (not isinstance(default, str) or default not in specs):
         known = ", ".join(specs) or "none"
         raise ConfigError(f"{where}: default {default!r} is not a configured backend "
@@ -192,5 +162,5 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {message}"
 
 
-__all__ = ["PROFILES", "BackendSpec", "ConfigFile", "HostDefaults", "default_config_path",
-           "load_config", "load_config_file", "parse_config"]
+__all__ = ["PROFILES", "BackendSpec", "BackendTables", "HostDefaults", "backend_specs",
+           "backend_tables", "load_config"]
