@@ -15,6 +15,7 @@ those rejected and why, the backend that answered and the fallbacks tried.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from spearpy.backends.base import Backend, CompletionRequest
 
 Lookup = Callable[[str], "tuple[Backend | None, str | None]"]
+log = logging.getLogger("spearpy.routing")
 ROUTE_UNAVAILABLE = "route_unavailable"
 _UNREACHABLE = frozenset({"upstream_unreachable", "upstream_timeout", "upstream_protocol_error"})
 # Not the backend's fault: they say nothing of its health.
@@ -66,12 +68,16 @@ class Router:
                  default_model_of: Callable[[str], str | None], *,
                  known: Callable[[str], bool] | None = None,
                  follow: Callable[[], str | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, quiet: bool = False) -> None:
         """`lookup(name)`: (the backend, None) or (None, why not); `known`:
         whether a name is configured (a replay holds only the backends its
         run used); `follow()`: the backend of the next recorded exchange, when
-        replaying, so a replay routes as the recorded run did."""
+        replaying, so a replay routes as the recorded run did; `quiet`: the
+        caller shows the table's warnings itself (else they are logged)."""
         self.table = RouteTable(spec, default, default_model_of)
+        if not quiet:
+            for warning in self.table.warnings:
+                log.warning("routing: %s", warning)
         self.health = HealthBoard(spec.breaker, clock)
         self.policies = PolicyState()
         self._lookup = lookup
@@ -124,7 +130,8 @@ class Router:
         if match.reason not in (LOCKED, ROUTE) or match.route is None:
             return Plan(match, list(match.targets), [], False)
         usable: list[str] = []
-        rejected: list[dict[str, str]] = []
+        rejected = [{"backend": name, "reason": f"outside locked route {lock!r}"}
+                    for name, lock in match.excluded]
         for name in match.targets:
             if self._known is not None and not self._known(name):
                 rejected.append({"backend": name, "reason": "not configured here"})

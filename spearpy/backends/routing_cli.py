@@ -35,7 +35,9 @@ def explain(config_file: str | None, model: str | None, messages: tuple[str, ...
     """Print the routing decision for one completion: the alias applied, each
     route tried and why it did or did not match, the policy, the candidates,
     those rejected and the backend chosen. Nothing is sent and no backend is
-    started; circuits are all closed (a fresh host)."""
+    started; circuits are all closed (a fresh host). Warnings about the
+    routes themselves (an unlocked route listed before a locked one it can
+    overlap, locked routes with no backend in common) come last."""
     from spearpy.backends.catalog import BackendCatalog
     from spearpy.backends.router import Router
     from spearpy.backends.routing.explain import explain as explain_decision
@@ -53,7 +55,7 @@ def explain(config_file: str | None, model: str | None, messages: tuple[str, ...
     if backend and catalog.resolve(backend) is None:
         raise click.UsageError(catalog.unknown(backend))
     router = Router(catalog.routing, catalog.default, lambda name: (None, "not started"),
-                    catalog.default_model)
+                    catalog.default_model, quiet=True)  # the report carries the warnings
     history = [{"role": "user", "content": text} for text in messages]
     history += [{"role": "tool", "tool_call_id": f"call_{i}", "content": text}
                 for i, text in enumerate(tool_outputs)]

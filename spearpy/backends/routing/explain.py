@@ -25,16 +25,22 @@ def explain(router: Router, catalog: BackendCatalog, *, model: str | None,
     plan = router.plan(backend, model, fallback_model, messages, tools, SessionScan())
     match = plan.match
     routes = []
+    # Routes are listed up to the one that decided: the last matching locked
+    # route when locks decided (they come before order), else the first match.
+    last = max((i for i, r in enumerate(table.routes) if r.name in match.locks), default=None)
     for index, route in enumerate(table.routes):
         why = table.why_not(index, backend, match.model, tools, hits)
         entry: dict[str, Any] = {"name": route.name, "matches": why is None, "lock": route.lock}
         if why is not None:
             entry["why_not"] = why
-        elif route.match.content:
-            entry["evidence"] = table.content_evidence(index, messages)
+        else:
+            if route.match.content:
+                entry["evidence"] = table.content_evidence(index, messages)
+            if match.locks and route.name not in match.locks:
+                entry["overridden_by"] = match.locks[0]
         routes.append(entry)
-        if why is None:
-            break  # the first match decides; later routes are not looked at
+        if index == last or (last is None and why is None):
+            break
     models = {name: match.model_for(name, model) or catalog.default_model(name)
               for name in plan.order}
     return {
@@ -46,7 +52,7 @@ def explain(router: Router, catalog: BackendCatalog, *, model: str | None,
         "route": match.route.name if plan.by_route and match.route else None,
         "policy": match.policy, "candidates": list(match.targets), "order": plan.order,
         "rejected": plan.rejected, "chosen": plan.order[0] if plan.order else None,
-        "models": models,
+        "models": models, "locks": list(match.locks), "warnings": list(table.warnings),
     }  # fmt: skip
 
 
@@ -65,15 +71,27 @@ def render(report: dict[str, Any]) -> str:
         if route["matches"]:
             evidence = f": {route['evidence']}" if route.get("evidence") else ""
             locked = " (locked)" if route["lock"] else ""
-            lines.append(f"route:      {route['name']} matches{locked}{evidence}")
+            over = (f", overridden by locked route {route['overridden_by']!r} (locks are "
+                    "decided before order)") if route.get("overridden_by") else ""
+            lines.append(f"route:      {route['name']} matches{locked}{evidence}{over}")
         else:
             lines.append(f"route:      {route['name']} does not match: {route['why_not']}")
-    lines.append(f"decided by: {report['reason']}"
-                 + (f" {report['route']!r}, policy {report['policy']}" if report["route"] else ""))
+    lines.append(f"decided by: {_decider(report)}")
     lines.append(f"candidates: {', '.join(report['candidates'])}")
     for rejected in report["rejected"]:
         lines.append(f"rejected:   {rejected['backend']}: {rejected['reason']}")
     order = [f"{name} (model {report['models'].get(name) or '?'})" for name in report["order"]]
     lines.append(f"order:      {' then '.join(order) if order else '(none usable)'}")
     lines.append(f"chosen:     {report['chosen'] or '(none)'}")
+    lines += [f"warning:    {warning}" for warning in report["warnings"]]
     return "\n".join(lines)
+
+
+def _decider(report: dict[str, Any]) -> str:
+    if not report["route"]:
+        return str(report["reason"])
+    locks = report["locks"]
+    if len(locks) > 1:
+        return (f"locked routes {', '.join(map(repr, locks))} (the backends all of them "
+                f"list), policy {report['policy']}")
+    return f"{report['reason']} {report['route']!r}, policy {report['policy']}"

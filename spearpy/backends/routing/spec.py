@@ -5,7 +5,7 @@
 "gpt-4o-mini" = "local"                    # backend local, with local's model
 "gpt-4o" = { backend = "local", model = "qwen2.5:7b" }
 
-[[routes]]                                 # tried in order; the first match decides
+[[routes]]                                 # matching locked routes decide, else the first match
 name = "private"
 match = { content = ["password", "(?i)\\bssn\\b"] }
 to = ["local"]
@@ -76,7 +76,9 @@ class RouteSpec(BaseModel):
     name: str
     match: MatchSpec = Field(default_factory=MatchSpec)
     to: list[str]
-    lock: bool = False  # the guest's `backend` param cannot override this route
+    # A completion that matches never leaves `to`: not by the guest's model,
+    # alias or `backend` param, not by an earlier route, not by fallback.
+    lock: bool = False
     policy: Policy = "priority"
     weights: list[float] | None = None  # one per `to` entry; policy weighted reads them
     # Sent to this route's backends instead of the guest's model (which the

@@ -3,11 +3,19 @@
 Pure: no backend is built or asked here, no health is read. The order of
 precedence, first that applies:
 
-1. a matching route with `lock = true` (the guest cannot leave it);
+1. the matching routes with `lock = true`, wherever they are in the file:
+   the completion goes to the backends every one of them lists (the first
+   one's, in its order, less those another leaves out), with the first
+   one's policy and model; none in common refuses it. Nothing the guest
+   sets (model, aliased model, `backend` param) and no fallback leaves them;
 2. the guest's `backend` param (as before routing existed);
 3. an alias of the guest's model (the operator said where that model lives);
 4. the first matching route;
 5. the default backend.
+
+Locks come before order because a lock is a promise about where matching
+text may go: an earlier unlocked route the guest can steer into (by model,
+say) must not break it. `overlap` warns about files that read otherwise.
 
 Aliases rewrite the model before routes are matched, so `match.model` sees
 the name the alias gives. Content is scanned once per message and session:
@@ -24,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spearpy.backends.routing.matcher import ContentIndex, ContentRule, glob_any, message_text
+from spearpy.backends.routing.overlap import lock_warnings
 from spearpy.backends.routing.spec import AliasSpec, RouteSpec, RoutingSpec
 
 LOCKED = "locked route"
@@ -54,6 +63,9 @@ class Match:
     alias: str | None = None  # the guest's model name an alias applied to
     alias_spec: AliasSpec | None = None
     model: str | None = None  # the model routes were matched on
+    locks: tuple[str, ...] = ()  # LOCKED: every matching locked route, `route` first
+    # LOCKED: (backend, the locked route leaving it out) for `route.to` not in `targets`
+    excluded: tuple[tuple[str, str], ...] = ()
 
     @property
     def policy(self) -> str | None:
@@ -86,6 +98,7 @@ class RouteTable:
         self._has_content = any(rule is not None for rule in self._content)
         self._default_model_of = default_model_of
         self._memo: dict[tuple[str, str | None, str | None, bool, int], Match] = {}
+        self.warnings = lock_warnings(spec.routes)
 
     def scan(self, messages: Sequence[Any], state: SessionScan) -> int:
         """Read the messages `state` has not seen yet; the routes whose content matched."""
@@ -123,18 +136,19 @@ class RouteTable:
                 has_tools: bool, hits: int) -> Match:
         alias_spec = self.spec.aliases.get(asked) if asked else None
         model = self.matched_model(asked, alias_spec, fallback_model)
-        route = next((r for i, r in enumerate(self.routes)
-                      if self._holds(i, r, requested, model, has_tools, hits)), None)
+        holding = [r for i, r in enumerate(self.routes)
+                   if self._holds(i, r, requested, model, has_tools, hits)]
         alias = asked if alias_spec is not None else None
         common: dict[str, Any] = {"alias": alias, "alias_spec": alias_spec, "model": model}
-        if route is not None and route.lock:
-            return Match(LOCKED, tuple(route.to), route, **common)
+        locks = [r for r in holding if r.lock]
+        if locks:
+            return _locked(locks, common)
         if requested:
             return Match(PARAM, (requested,), **common)
         if alias_spec is not None:
             return Match(ALIAS, (alias_spec.backend,), **common)
-        if route is not None:
-            return Match(ROUTE, tuple(route.to), route, **common)
+        if holding:
+            return Match(ROUTE, tuple(holding[0].to), holding[0], **common)
         return Match(DEFAULT, (self.default,), **common)
 
     def matched_model(self, asked: str | None, alias_spec: AliasSpec | None,
@@ -179,3 +193,19 @@ class RouteTable:
             if pattern is not None:
                 return f"{pattern!r} in message {number} ({message.get('role')})"
         return None
+
+
+def _locked(locks: Sequence[RouteSpec], common: dict[str, Any]) -> Match:
+    """The backends every matching locked route allows, in the first's order:
+    each lock's promise holds, whichever came first in the file."""
+    first, others = locks[0], locks[1:]
+    targets: list[str] = []
+    excluded: list[tuple[str, str]] = []
+    for name in first.to:
+        outside = next((r.name for r in others if name not in r.to), None)
+        if outside is None:
+            targets.append(name)
+        else:
+            excluded.append((name, outside))
+    return Match(LOCKED, tuple(targets), first, locks=tuple(r.name for r in locks),
+                 excluded=tuple(excluded), **common)
