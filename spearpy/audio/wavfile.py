@@ -1,19 +1,19 @@
 """The file source: a WAV or raw PCM file decoded, mixed and resampled to the
-mic's format, a block at a time (a long file never sits in memory whole).
+mic's format, a bounded step at a time (a long file never sits in memory
+whole).
 
-WAV headers are read with the standard library's `wave` (PCM integer
-samples, 8 to 32 bits); resampling is libsoxr's (the `soxr` package), whose
-streaming resampler keeps its state across blocks, so block edges leave no
-clicks. The header is checked when the file is opened, on the guest's
-thread, so a file the source cannot play fails the set-param with a clear
-error; decoding runs on the pump's thread.
+WAV headers are read and checked by spearpy.audio.wavheader (the file may
+be the guest's own: no header field sizes a read); resampling is libsoxr's
+(the `soxr` package), whose streaming resampler keeps its state across
+steps, so step edges leave no clicks. The header is checked when the file
+is opened, on the guest's thread, so a file the source cannot play fails
+the set-param with a clear error; decoding runs on the pump's thread.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -21,18 +21,28 @@ from typing import BinaryIO
 import numpy as np
 import soxr  # type: ignore[import-untyped]
 
+from spearpy.audio import wavheader
 from spearpy.audio.params import MicFormat
 from spearpy.audio.pcm import Rechunker, remix, to_float, to_pcm16
 
 RAW_SUFFIXES = (".pcm", ".raw")
-BLOCK_SECONDS = 0.25  # input read per step: few Python steps, little memory
-# A data chunk size streaming writers put when they cannot know the length:
-# read such a file to its end instead of calling it truncated.
-_STREAMING_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
+# The most one step holds in any of its arrays (the bytes read, their float
+# copy, the resampled output): a fixed size, whatever rate, channel count or
+# length the header says, so memory does not grow with what the file claims.
+STEP_BYTES = 256 << 10
+_FLOAT = 4  # bytes of a float32 sample
 
 
 class AudioFileError(Exception):
     """The file cannot be played: the message says why, for last_error."""
+
+
+def step_frames(rate: int, channels: int, sampwidth: int, fmt: MicFormat) -> int:
+    """Input frames per step, so that no array of the step passes STEP_BYTES:
+    the raw bytes, their float32 copy, and the resampled float32 output."""
+    widest_in = max(channels * sampwidth, channels * _FLOAT, fmt.channels * _FLOAT)
+    out_per_in = fmt.channels * _FLOAT * fmt.sample_rate_hz / rate
+    return max(1, int(STEP_BYTES // max(widest_in, out_per_in)))
 
 
 class FileSource:
@@ -58,41 +68,26 @@ class FileSource:
 
     def _open_header(self) -> None:
         fmt, size = self._fmt, os.fstat(self._file.fileno()).st_size
-        self._wav: wave.Wave_read | None = None
         if self._path.suffix.lower() in RAW_SUFFIXES:
             self.rate, self.channels, self.sampwidth = fmt.sample_rate_hz, fmt.channels, 2
             self.data_bytes = size
             return
+        name = self._path.name
         try:
-            wav = wave.open(self._file)  # noqa: SIM115 (closed by close())
-        except wave.Error as exc:
-            raise AudioFileError(f"{self._path.name} is not a PCM WAV file ({exc}); only "
-                                 "integer PCM WAV or raw .pcm/.raw PCM16 is read") from None
-        except EOFError:
-            raise AudioFileError(f"{self._path.name} is truncated inside its WAV header") \
-                from None
-        self._wav = wav
-        self.rate, self.channels, self.sampwidth = (wav.getframerate(), wav.getnchannels(),
-                                                    wav.getsampwidth())
-        if not self.rate or not self.channels:
-            raise AudioFileError(f"{self._path.name}: a WAV of {self.rate} Hz and "
-                                 f"{self.channels} channels has no audio")
-        if self.sampwidth not in (1, 2, 3, 4):
-            raise AudioFileError(f"{self._path.name}: {self.sampwidth * 8}-bit samples are "
-                                 "not supported")
-        declared = wav.getnframes() * self.channels * self.sampwidth
-        # wave stops right after the data chunk's header: what follows is audio.
-        present = size - self._file.tell()
-        if declared > present and declared not in _STREAMING_SIZES:
-            raise AudioFileError(
-                f"{self._path.name} is truncated: its header declares {declared} bytes of "
-                f"audio and the file holds {max(present, 0)}")
-        self.data_bytes = declared if declared not in _STREAMING_SIZES else present
+            header = wavheader.read_header(self._file, size)
+        except wavheader.NotWav as exc:
+            raise AudioFileError(f"{name} is not a PCM WAV file ({exc}); only integer PCM WAV "
+                                 "or raw .pcm/.raw PCM16 is read") from None
+        except wavheader.HeaderError as exc:
+            raise AudioFileError(f"{name} {exc}") from None
+        self.rate, self.channels, self.sampwidth = header.rate, header.channels, header.sampwidth
+        self.data_bytes = header.data_bytes
+        self._file.seek(header.data_offset)
 
     def frames(self) -> Iterator[bytes]:
         fmt = self._fmt
         block = self.channels * self.sampwidth
-        step = max(1, int(self.rate * BLOCK_SECONDS)) * block
+        step = step_frames(self.rate, self.channels, self.sampwidth, fmt) * block
         resampler = None
         if self.rate != fmt.sample_rate_hz:
             resampler = soxr.ResampleStream(self.rate, fmt.sample_rate_hz, fmt.channels,
@@ -121,6 +116,4 @@ class FileSource:
             yield tail
 
     def close(self) -> None:
-        if self._wav is not None:
-            self._wav.close()  # does not close a file it was handed
         self._file.close()

@@ -85,9 +85,11 @@ def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> i
         entry.fail_start(f"{running} mics are running in this run; at most "
                          f"{MAX_RUNNING_MICS} at once")
         return abi.EMFILE
-    queue = params.max_queue_bytes
-    if queue is not None:
-        queue = min(queue, run.config.max_host_bytes // MAX_RUNNING_MICS)
+    # Every queue, SPEAR's 512 KiB default included, is at most its share of
+    # max_host_bytes: all the mics a run may have running fill it at most.
+    asked = params.max_queue_bytes
+    queue = min(entry.max_queue_bytes if asked is None else asked,
+                run.config.max_host_bytes // MAX_RUNNING_MICS)
     generation = entry.restart(params.fmt, queue)
     # Here, not at the top: the sources pull in numpy and soxr (~180 ms),
     # which every run would pay at start-up (the hostcall table imports this
