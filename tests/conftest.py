@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from spearpy.host import Host
 from spearpy.instance import GuestRun
@@ -19,6 +21,14 @@ from tests.probe import Probe, wat_module
 # need what a user at a terminal has: SIGINT raising KeyboardInterrupt.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Property tests draw the same examples on every run (hypothesis' own "ci"
+# profile: derandomized, no example database, a failure prints the blob that
+# replays it), so a CI failure is one anybody can replay. To explore, by hand:
+# `pytest --hypothesis-profile=random` (or SPEARPY_HYPOTHESIS_PROFILE=random),
+# adding `--hypothesis-seed=N` replays one seed of those.
+settings.register_profile("random", settings.get_profile("ci"), derandomize=False)
+settings.load_profile(os.environ.get("SPEARPY_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
