@@ -23,6 +23,9 @@ from spearpy.observe.scrub import SecretScrubber
 DeltaSink = Callable[[str], None]
 # Parallel tool calls in one reply; an index past this is a hostile chunk.
 MAX_STREAMED_CALLS = 128
+# One event's data: far more than any delta; the whole response is bounded
+# separately (httpbackend.MAX_RESPONSE_BYTES).
+MAX_EVENT_BYTES = 8 << 20
 
 
 class SSEDecoder:
@@ -31,27 +34,48 @@ class SSEDecoder:
     Only `data:` fields matter to chat completions (`event:` names the
     Anthropic event type, which its JSON repeats). Lines end in LF, CRLF or
     CR; a blank line ends an event.
+
+    The stream is the upstream's: each chunk is scanned once (a line that
+    never ends used to be rescanned whole at every chunk, quadratic), and an
+    event, or a line, may grow to MAX_EVENT_BYTES and no further.
     """
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending = bytearray()  # the line not ended yet
         self._data: list[bytes] = []
+        self._data_bytes = 0
+        self._after_cr = False  # a CR ended the last chunk: a LF opening this one is its pair
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """The payloads of the events this chunk completes."""
-        self._pending += chunk
-        lines = self._pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        self._pending = lines.pop()
+        """The payloads of the events this chunk completes; StreamError for an
+        event past MAX_EVENT_BYTES."""
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._after_cr = chunk[-1:] == b"\r"
+        lines = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
         done: list[bytes] = []
-        for line in lines:
-            if not line:
-                if self._data:
-                    done.append(b"\n".join(self._data))
-                    self._data = []
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
+        if len(lines) > 1:
+            self._pending += lines[0]
+            lines[0] = bytes(self._pending)
+            self._pending.clear()
+            for line in lines[:-1]:
+                self._line(line, done)
+        self._pending += lines[-1]
+        _check_event(self._data_bytes + len(self._pending))
         return done
+
+    def _line(self, line: bytes, done: list[bytes]) -> None:
+        if not line:
+            if self._data:
+                done.append(b"\n".join(self._data))
+                self._data = []
+                self._data_bytes = 0
+        elif line.startswith(b"data:"):
+            value = line[5:]
+            value = value[1:] if value.startswith(b" ") else value
+            self._data.append(value)
+            self._data_bytes += len(value) + 1
+            _check_event(self._data_bytes)
 
     def close(self) -> list[bytes]:
         """Payloads of an event the stream ended without a blank line after."""
@@ -61,6 +85,11 @@ class SSEDecoder:
 
 class StreamError(Exception):
     """A stream that cannot become a completion (an error event, no chunk)."""
+
+
+def _check_event(size: int) -> None:
+    if size > MAX_EVENT_BYTES:
+        raise StreamError(f"the upstream sent an event of more than {MAX_EVENT_BYTES} bytes")
 
 
 class OpenAIStream:
