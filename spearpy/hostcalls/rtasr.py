@@ -15,9 +15,12 @@ the `ws_url` param is -EACCES (the host sends the operator's key to the
 realtime URL, so the guest may not choose it); a write larger than the
 whole send queue is -EINVAL (it could never fit: -EAGAIN would make a guest
 retry forever); audio written is charged against the run's audio budget
-(-EDQUOT past it, as mic_read); queue sizes a guest sets are capped at
-16 MiB; a run has at most MAX_CONNECTIONS_PER_RUN connected rtasr fds at
-once (connect is -EMFILE past it).
+(-EDQUOT past it, as mic_read), a send-event's JSON against max_host_bytes
+(it may wait for the run's life on an fd never connected); queue sizes a
+guest sets are capped at 16 MiB, the receive queue (the upstream fills it)
+at max_host_bytes / MAX_CONNECTIONS_PER_RUN; a run has at most
+MAX_CONNECTIONS_PER_RUN connected rtasr fds at once (connect is -EMFILE past
+it).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from spearpy.fds.rtasr import (
     MAX_QUEUE_BYTES,
     RtAsrFd,
 )
+from spearpy.hostcalls.limits import json_cost
 from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 
@@ -52,7 +56,15 @@ MAX_CONNECTIONS_PER_RUN = 16
 
 
 def rtasr_create(run: GuestRun) -> int:
-    return run.fds.open(RtAsrFd(run.interrupts.waker))
+    entry = RtAsrFd(run.interrupts.waker)
+    entry.max_recv_queue_bytes = min(entry.max_recv_queue_bytes, _recv_share(run))
+    return run.fds.open(entry)
+
+
+def _recv_share(run: GuestRun) -> int:
+    """The most one receive queue holds: the upstream fills it, uncharged, so
+    all the fds connected at once hold at most max_host_bytes."""
+    return min(MAX_QUEUE_BYTES, run.config.max_host_bytes // MAX_CONNECTIONS_PER_RUN)
 
 
 def rtasr_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
@@ -80,7 +92,17 @@ def rtasr_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
     if arg_len == 0 or arg_len > limit:
         return abi.EINVAL
     try:
-        value = _json.loads(run.memory.read(arg_ptr, arg_len))
+        if cmd == SEND_EVENT:
+            # An event waits in the send queue until a connection sends it
+            # (on an fd never connected: for the run's life), and its parse
+            # may take many times its size: both are the run's host bytes.
+            run.memory.check(arg_ptr, arg_len)
+            run.reserve_bytes(arg_len, "an rtasr event")
+            raw = run.memory.read(arg_ptr, arg_len)
+            run.reserve_bytes(json_cost(raw), "an rtasr event")
+        else:
+            raw = run.memory.read(arg_ptr, arg_len)
+        value = _json.loads(raw)
     except GuestFault:
         return abi.EFAULT
     except (ValueError, RecursionError):
@@ -100,7 +122,10 @@ def rtasr_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except ValueError:
         return abi.EINVAL
-    return 0 if entry.enqueue(text) else abi.EAGAIN
+    if not entry.enqueue(text):
+        return abi.EAGAIN
+    run.charge(arg_len, "an rtasr event")
+    return 0
 
 
 def _write_json(run: GuestRun, out_ptr: int, out_len_ptr: int, body: dict[str, Any]) -> int:
@@ -133,7 +158,7 @@ def _set_param(run: GuestRun, entry: RtAsrFd, value: Any, nbytes: int) -> int:
         if key == "max_send_queue_bytes" and size is not None:
             entry.max_send_queue_bytes = min(size, MAX_QUEUE_BYTES)
         elif key == "max_recv_queue_bytes" and size is not None:
-            entry.max_recv_queue_bytes = min(size, MAX_QUEUE_BYTES)
+            entry.max_recv_queue_bytes = min(size, _recv_share(run))
     run.interrupts.waker.wake()  # readiness may have changed (a larger send queue: EPOLLOUT)
     return 0
 
