@@ -94,7 +94,7 @@ def test_store_commits_before_it_tells_and_recovers_runs_left_running(tmp_path: 
     assert last[0] == 3 and json.loads(last[2])["outcome"] == "interrupted"
     b = again.get_run("b")
     assert b is not None and b["result"] == {"stdout": "ok"} and b["status"] == "finished"
-    assert [r["id"] for r in again.list_runs(10)] == ["b", "a"]
-    assert [r["id"] for r in again.list_runs(10, before=2.0)] == ["a"]
+    assert [r["id"] for r in again.list_runs(10)[0]] == ["b", "a"]
+    assert [r["id"] for r in again.list_runs(10, before=2.0)[0]] == ["a"]
     assert again.events("a", after=0, before=2) == rows(1, 1)
     again.close()

@@ -6,8 +6,10 @@ is only ever touched by one thread and needs no lock. Subscribers do not
 own queues: each keeps a cursor (the last seq it sent) and reads what is
 newer from the channel's buffer, so a slow subscriber never makes the
 service hold more than the buffer. Anything older than the buffer (a late
-subscriber of a long run, a resume from an old Last-Event-ID) comes from the
-store, which has every event the channel ever had.
+subscriber of a long run, a resume from an old Last-Event-ID, every
+subscriber of an ended run) comes from the store, which has every event the
+channel ever had, a page at a time: a subscriber holds one page while it
+waits for its client, never the run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from spearpy.serve.store import EventRow
 
-# Reads events of one run from the store: (after, before) -> rows in seq order.
+# Reads a page of one run's events from the store: (after, before) -> rows in
+# seq order, the next of them after the last; empty once there are none.
 StoreReader = Callable[[int, int | None], Awaitable[list[EventRow]]]
 
 
@@ -82,8 +85,10 @@ async def follow(channel: Channel | None, read_store: StoreReader, cursor: int,
     event. Yields None when `keepalive` seconds pass without one (the caller
     sends an SSE comment so proxies keep the connection)."""
     if channel is None:  # the run is over: everything is in the store
-        for row in await read_store(cursor, None):
-            yield row
+        while rows := await read_store(cursor, None):
+            for row in rows:
+                cursor = row[0]
+                yield row
         return
     channel.subscribers += 1
     try:
@@ -91,10 +96,15 @@ async def follow(channel: Channel | None, read_store: StoreReader, cursor: int,
             first = channel.first_seq()
             if first is not None and cursor + 1 < first:
                 # Older than the buffer: committed before it was published.
-                for row in await read_store(cursor, first):
+                rows = await read_store(cursor, first)
+                for row in rows:
                     cursor = row[0]
                     yield row
-                continue  # the buffer may have moved on during the read
+                if not rows:
+                    # The store lacks them (the disk refused their writes):
+                    # go on from the buffer rather than ask again forever.
+                    cursor = first - 1
+                continue  # the next page, or the buffer moved on during the read
             rows = channel.after(cursor)
             for row in rows:
                 cursor = row[0]

@@ -9,6 +9,7 @@ import math
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -111,14 +112,15 @@ async def list_runs(request: Request) -> Response:
         raise Problem(400, "limit must be an integer and before a timestamp",
                       slug="bad-query") from None
     status = query.get("status")
-    rows = await asyncio.to_thread(service.store.list_runs, limit, before, status)
+    rows, more = await asyncio.to_thread(service.store.list_runs, limit, before, status)
     live = service.runs.live
     views = [run_view(row, full=False, cancel_requested=row["id"] in live and
                       live[row["id"]].cancel.is_set()) for row in rows]
-    more = len(rows) == limit
-    return service.json({"runs": views,
-                         "next": f"/v1/runs?limit={limit}&before={rows[-1]['created_at']!r}"
-                                 if more else None})
+    page = None
+    if more:  # keeps the filter: without it, the next page listed every status
+        cursor = {"limit": limit, "before": repr(rows[-1]["created_at"]), "status": status}
+        page = "/v1/runs?" + urlencode({k: v for k, v in cursor.items() if v is not None})
+    return service.json({"runs": views, "next": page})
 
 
 async def get_run(request: Request) -> Response:

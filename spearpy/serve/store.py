@@ -13,6 +13,7 @@ first one's runs as interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -26,19 +27,23 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, created_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
-    module TEXT NOT NULL, sha256 TEXT, request TEXT NOT NULL, outcome TEXT,
-    exit_code INTEGER, message TEXT, host_run_id TEXT, cancel_reason TEXT, result TEXT);
-CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
-"""
-_COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
-            "exit_code", "message", "host_run_id", "cancel_reason", "result")
-_JSON_COLUMNS = ("request", "result")
+from spearpy.serve.store_rows import (
+    COLUMNS,
+    LISTED,
+    UnstoredEnd,
+    column,
+    create_tables,
+    record_of,
+    with_summary,
+)
+from spearpy.serve.store_rows import EventRow as EventRow
+
+# Reads come in pages so that no client, however slow, makes the service hold
+# more than a page of stored data: at most this many rows, and no more rows
+# once their text passes the byte count (a page holds at least one row).
+PAGE_EVENTS = 512
+PAGE_EVENT_BYTES = 1 << 20
+_PAGE_RUN_BYTES = 4 << 20
 INTERRUPTED = "the service stopped while the run was in progress (crash or kill)"
 # Commits per batch: enough to keep up with many chatty runs, few enough that
 # the first event of a batch is not held back long.
@@ -52,7 +57,6 @@ RETRY_ENDS_S = 2.0
 _UNSTORED_OUTPUT_BYTES = 64 << 20
 _UNSTORED_ENDS = 10_000
 
-EventRow = tuple[int, str, str]  # seq, kind, JSON record
 MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
 # Called once the write is done: committed, or refused by the disk (then too,
 # so live clients are never left waiting on a write that will not come).
@@ -62,33 +66,6 @@ _log = logging.getLogger("spearpy.serve")
 
 class StoreLocked(RuntimeError):
     """Another service already uses this state directory."""
-
-
-class _UnstoredEnd:
-    """A run's end on its way to the disk, or refused by it: what reads show
-    in its place, so the live service never calls a finished run running."""
-
-    def __init__(self, names: list[str], values: list[Any], final: EventRow | None) -> None:
-        self.names = names
-        self.values = values
-        self.final = final
-        self.refused = False
-        self.output_bytes = sum(len(v) for n, v in zip(names, values, strict=True)
-                                if n == "result" and isinstance(v, str))
-
-    def drop_output(self) -> None:
-        self.values = [None if n == "result" else v
-                       for n, v in zip(self.names, self.values, strict=True)]
-        self.output_bytes = 0
-
-    def over(self, record: dict[str, Any]) -> dict[str, Any]:
-        if record["status"] != "running":
-            return record  # the end (or a recovery) is on disk after all
-        ended = dict(record)
-        for name, value in zip(self.names, self.values, strict=True):
-            ended[name] = json.loads(value) if name in _JSON_COLUMNS and value is not None \
-                else value
-        return ended
 
 
 class RunStore:
@@ -104,12 +81,12 @@ class RunStore:
                               ) from None
         self.path = directory / "runs.sqlite3"
         self._db = self._connect()
-        self._db.executescript(_SCHEMA)
+        create_tables(self._db)
         self.interrupted = self._recover()
         self._readers: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._readers_lock = threading.Lock()
-        self._ends: dict[str, _UnstoredEnd] = {}  # guarded by _ends_lock
+        self._ends: dict[str, UnstoredEnd] = {}  # guarded by _ends_lock
         self._refused_ends = 0
         self._refused_output_bytes = 0
         self._ends_lock = threading.Lock()
@@ -156,8 +133,8 @@ class RunStore:
         return done
 
     def insert_run(self, row: dict[str, Any]) -> Future[None]:
-        values = tuple(_column(row, name) for name in _COLUMNS)
-        sql = f"INSERT INTO runs VALUES ({','.join('?' * len(_COLUMNS))})"
+        values = tuple(column(row, name) for name in COLUMNS)
+        sql = f"INSERT INTO runs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})"
 
         def apply(db: sqlite3.Connection) -> None:
             db.execute(sql, values)
@@ -178,15 +155,16 @@ class RunStore:
         client that saw the end event reads the finished record. Until that
         commits, and while the disk refuses it (written again every
         RETRY_ENDS_S), reads show the end from memory."""
+        fields = with_summary(fields)
         names = list(fields)
-        end = _UnstoredEnd(names, [_column(fields, name) for name in names], final)
+        end = UnstoredEnd(names, [column(fields, name) for name in names], final)
         with self._ends_lock:
             self._ends[run_id] = end
         done = self._submit(self._end_writer(run_id, end), after)
         done.add_done_callback(lambda f: self._ended(run_id, end, f.exception() is None))
         return done
 
-    def _end_writer(self, run_id: str, end: _UnstoredEnd
+    def _end_writer(self, run_id: str, end: UnstoredEnd
                     ) -> Callable[[sqlite3.Connection], None]:
         def apply(db: sqlite3.Connection) -> None:
             if end.final is not None:
@@ -197,7 +175,7 @@ class RunStore:
 
         return apply
 
-    def _ended(self, run_id: str, end: _UnstoredEnd, stored: bool) -> None:
+    def _ended(self, run_id: str, end: UnstoredEnd, stored: bool) -> None:
         with self._ends_lock:
             if stored:
                 self._ends.pop(run_id, None)
@@ -313,19 +291,27 @@ class RunStore:
         return record if end is None else end.over(record)
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute(f"SELECT {','.join(_COLUMNS)} FROM runs WHERE id=?",
+        row = self._reader().execute(f"SELECT {','.join(COLUMNS)} FROM runs WHERE id=?",
                                      (run_id,)).fetchone()
-        return self._unstored(_record(row)) if row is not None else None
+        if row is None:
+            return None
+        record = self._unstored(record_of(COLUMNS, row))
+        del record["summary"]  # the result is whole here
+        return record
 
-    def list_runs(self, limit: int, before: float | None = None,
-                  status: str | None = None) -> list[dict[str, Any]]:
+    def list_runs(self, limit: int, before: float | None = None, status: str | None = None
+                  ) -> tuple[list[dict[str, Any]], bool]:
+        """Up to `limit` runs, newest first, created before `before`, without
+        their output (`result` holds the summary only), and whether more
+        follow. A page also ends once its rows pass _PAGE_RUN_BYTES (a run's
+        request can hold a body's worth of args)."""
         where: list[str] = ["1"]
         args: list[float | str] = []
         if before is not None:
             where.append("created_at < ?")
             args.append(before)
         if status is not None:
-            # An end still in memory reads as finished (_UnstoredEnd.over; a
+            # An end still in memory reads as finished (UnstoredEnd.over; a
             # run's end is always "finished"): filtered the same way here, so
             # a page holds `limit` runs.
             with self._ends_lock:
@@ -340,17 +326,42 @@ class RunStore:
             else:
                 where.append("status = ?")
                 args.append(status)
-        rows = self._reader().execute(
-            f"SELECT {','.join(_COLUMNS)} FROM runs WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
-        return [self._unstored(_record(row)) for row in rows]
+        found = self._reader().execute(
+            f"SELECT {','.join(LISTED)} FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC LIMIT ?", (*args, limit + 1))
+        runs: list[dict[str, Any]] = []
+        size = 0
+        with contextlib.closing(found):
+            for row in found:
+                if len(runs) == limit or size >= _PAGE_RUN_BYTES:
+                    return runs, True
+                size += sum(len(value) for value in row if isinstance(value, str))
+                record = self._unstored(record_of(LISTED, row))
+                record["result"] = record.pop("summary")
+                runs.append(record)
+        return runs, False
 
     def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
+        """One page of the run's events after seq `after` and before `before`,
+        in seq order: at most PAGE_EVENTS, and no more once PAGE_EVENT_BYTES
+        of records are in (at least one). Empty when there are none left;
+        callers read on from the last seq."""
         upper = before if before is not None else MAX_SEQ
-        rows = self._reader().execute(
+        found = self._reader().execute(
             "SELECT seq, kind, record FROM events WHERE run_id=? AND seq>? AND seq<? "
-            "ORDER BY seq", (run_id, after, upper)).fetchall()
-        events = [(int(seq), str(kind), str(record)) for seq, kind, record in rows]
+            "ORDER BY seq LIMIT ?", (run_id, after, upper, PAGE_EVENTS))
+        events: list[EventRow] = []
+        size = 0
+        # Closed early, the statement ends its read (in WAL an open one would
+        # hold its snapshot and keep the checkpoint from finishing).
+        with contextlib.closing(found):
+            for seq, kind, record in found:
+                events.append((int(seq), str(kind), str(record)))
+                size += len(record)
+                if size >= PAGE_EVENT_BYTES:
+                    return events
+        if len(events) == PAGE_EVENTS:
+            return events
         with self._ends_lock:
             end = self._ends.get(run_id)
         final = end.final if end is not None else None
@@ -372,18 +383,3 @@ class RunStore:
             self._db.close()
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
-
-
-def _column(row: dict[str, Any], name: str) -> Any:
-    value = row.get(name)
-    if name in _JSON_COLUMNS and value is not None:
-        return json.dumps(value, ensure_ascii=False)
-    return value
-
-
-def _record(row: tuple[Any, ...]) -> dict[str, Any]:
-    record = dict(zip(_COLUMNS, row, strict=True))
-    for name in _JSON_COLUMNS:
-        if record[name] is not None:
-            record[name] = json.loads(record[name])
-    return record

@@ -1,0 +1,95 @@
+"""The rows of the run store: the tables, how a run's record maps to its
+columns and back, and a run's end while it is not on the disk."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
+    module TEXT NOT NULL, sha256 TEXT, request TEXT NOT NULL, outcome TEXT,
+    exit_code INTEGER, message TEXT, host_run_id TEXT, cancel_reason TEXT, result TEXT,
+    summary TEXT);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+"""
+COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
+           "exit_code", "message", "host_run_id", "cancel_reason", "result", "summary")
+_JSON_COLUMNS = ("request", "result", "summary")
+# What the run list shows of a result, kept in a column of its own: the
+# result holds the output (up to 64 MiB each of stdout and stderr, and the
+# transcripts), which a list of 500 runs must not read.
+_SUMMARY_KEYS = ("usage", "elapsed_ms")
+LISTED = tuple(name for name in COLUMNS if name != "result")
+
+EventRow = tuple[int, str, str]  # seq, kind, JSON record
+
+
+def create_tables(db: sqlite3.Connection) -> None:
+    db.executescript(_SCHEMA)
+    # A state directory from before the summary column: add it, and fill it
+    # for the runs there once, here, rather than on every listing.
+    if "summary" in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
+        return
+    parts = ", ".join(f"'{key}', json_extract(result, '$.{key}')" for key in _SUMMARY_KEYS)
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("ALTER TABLE runs ADD COLUMN summary TEXT")
+    db.execute(f"UPDATE runs SET summary = json_object({parts}) WHERE result IS NOT NULL")
+    db.execute("COMMIT")
+
+
+def with_summary(fields: dict[str, Any]) -> dict[str, Any]:
+    """A run's end fields, with the summary of their result."""
+    result = fields.get("result")
+    if not isinstance(result, dict):
+        return fields
+    return {**fields, "summary": {key: result.get(key) for key in _SUMMARY_KEYS}}
+
+
+class UnstoredEnd:
+    """A run's end on its way to the disk, or refused by it: what reads show
+    in its place, so the live service never calls a finished run running."""
+
+    def __init__(self, names: list[str], values: list[Any], final: EventRow | None) -> None:
+        self.names = names
+        self.values = values
+        self.final = final
+        self.refused = False
+        self.output_bytes = sum(len(v) for n, v in zip(names, values, strict=True)
+                                if n == "result" and isinstance(v, str))
+
+    def drop_output(self) -> None:
+        self.values = [None if n == "result" else v
+                       for n, v in zip(self.names, self.values, strict=True)]
+        self.output_bytes = 0
+
+    def over(self, record: dict[str, Any]) -> dict[str, Any]:
+        if record["status"] != "running":
+            return record  # the end (or a recovery) is on disk after all
+        ended = dict(record)
+        for name, value in zip(self.names, self.values, strict=True):
+            if name not in record:
+                continue  # a column this read left out (a listing leaves out the output)
+            ended[name] = json.loads(value) if name in _JSON_COLUMNS and value is not None \
+                else value
+        return ended
+
+
+def column(row: dict[str, Any], name: str) -> Any:
+    value = row.get(name)
+    if name in _JSON_COLUMNS and value is not None:
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def record_of(names: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+    record = dict(zip(names, row, strict=True))
+    for name in _JSON_COLUMNS:
+        if record.get(name) is not None:
+            record[name] = json.loads(record[name])
+    return record
