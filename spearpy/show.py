@@ -23,6 +23,7 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
+from spearpy._term import block, one_line
 from spearpy.errors import SpearpyError
 
 DEFAULT_DIR_ENV = "SPEARPY_TRANSCRIPT_DIR"
@@ -105,7 +106,8 @@ def _body(content: object, max_lines: int | None) -> RenderableType:
         else:
             cut, note = _cut(pretty, max_lines)
             return Group(JSON(cut), note) if note else JSON(cut)
-    cut, note = _cut(content, max_lines)
+    # What a tool, a server or the model wrote: its escapes are shown, not run.
+    cut, note = _cut(block(content), max_lines)
     text = Text(cut)
     return Group(text, note) if note else text
 
@@ -121,7 +123,7 @@ def _cut(text: str, max_lines: int | None) -> tuple[str, Text | None]:
 
 def _header(record: dict[str, Any]) -> RenderableType:
     usage = record.get("usage") or {}
-    models = ", ".join(record.get("models") or []) or "?"
+    models = one_line(", ".join(map(str, record.get("models") or []))) or "?"
     title = Text()
     title.append(f"run {record.get('run_id', '?')}", style="bold")
     title.append(f" · session fd {record.get('session_fd', '?')} · model {models}")
@@ -140,7 +142,8 @@ def _header(record: dict[str, Any]) -> RenderableType:
     tools = [t.get("function", {}).get("name", "?") for t in record.get("tools") or []
              if isinstance(t, dict)]
     if tools:
-        parts.append(Text(f"tools offered: {', '.join(tools)}", style="dim"))
+        parts.append(Text(one_line(f"tools offered: {', '.join(map(str, tools))}"),
+                          style="dim"))
     return Group(*parts)
 
 
@@ -153,7 +156,7 @@ def _messages(record: dict[str, Any], max_lines: int | None) -> Iterable[Rendera
     for index, message in enumerate(record["messages"]):
         if not isinstance(message, dict):
             continue
-        role = str(message.get("role", "?"))
+        role = one_line(str(message.get("role", "?")), 40)
         style = _ROLE_STYLES.get(role, "bold")
         if role == "assistant":
             took = _ms(completions.pop(0)) if completions else ""
@@ -166,21 +169,23 @@ def _messages(record: dict[str, Any], max_lines: int | None) -> Iterable[Rendera
             for call in message.get("tool_calls") or []:
                 fn = call.get("function") or {}
                 call_id = str(call.get("id", ""))
-                names[call_id] = str(fn.get("name", "?"))
+                names[call_id] = one_line(str(fn.get("name", "?")), 80)
+                # Text, not str: rich reads a str title as markup.
                 yield Panel(_body(fn.get("arguments"), max_lines), box=box.ROUNDED,
-                            title=f"tool call: {names[call_id]}", title_align="left",
-                            subtitle=call_id, subtitle_align="right", border_style="cyan")
+                            title=Text(f"tool call: {names[call_id]}"), title_align="left",
+                            subtitle=Text(one_line(call_id, 80)), subtitle_align="right",
+                            border_style="cyan")
             if not message.get("content") and not message.get("tool_calls"):
                 yield Text("(empty)", style="dim")
         elif role == "tool":
             call_id = str(message.get("tool_call_id", ""))
             title = f"result: {names.get(call_id, '?')}"
             took = _ms(tools_ms.get(call_id))
-            subtitle = call_id + (f", {took}" if took else "")
+            subtitle = one_line(call_id, 80) + (f", {took}" if took else "")
             if index in truncated:
                 subtitle += ", cut in the transcript"
             yield Panel(_body(message.get("content"), max_lines), box=box.ROUNDED,
-                        title=title, title_align="left", subtitle=subtitle,
+                        title=Text(title), title_align="left", subtitle=Text(subtitle),
                         subtitle_align="right", border_style="yellow")
         else:
             yield Text(role, style=style)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from spearpy._term import block, one_line
 from spearpy.mcp.registry import Registry, load_registry
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _tools_text(row: dict[str, Any], probed: bool) -> str:
             return "none: the server is disabled"
         return ("unknown: not listed" if probed
                 else f"allowed {', '.join(row['allowed_tools'])} (--probe lists them)")
-    shown = ", ".join(row["tools"]) or "none"
+    shown = ", ".join(one_line(name, 80) if name else '""' for name in row["tools"]) or "none"
     hidden = f" (+{row['hidden_tools']} not in allowed_tools)" if row["hidden_tools"] else ""
     return shown + hidden
 
@@ -143,9 +144,9 @@ def list_servers(mcp_dirs: tuple[str, ...], config_file: str | None, as_json: bo
     else:
         _print_table(rows, probe)
         for note in registry.notes:
-            click.echo(f"note: {note}")
+            click.echo(one_line(f"note: {note}"))
         for error in registry.errors:
-            click.echo(f"error: {error}", err=True)
+            click.echo(one_line(f"error: {error}"), err=True)
     sys.exit(1 if errors or failed else 0)
 
 
@@ -153,13 +154,15 @@ def _print_table(rows: list[dict[str, Any]], probed: bool) -> None:
     if not rows:
         click.echo("no MCP servers (give --mcp-dir DIR, or [mcp] dirs in the config file)")
         return
+    # Tool names and errors are the servers' (their stderr included): a
+    # terminal must not run the escapes in them.
     for row in rows:
         title = f" ({row['display_name']})" if row["display_name"] else ""
-        click.echo(f"{row['server_id']}{title}  [{row['transport']}]  {row['source']}")
+        click.echo(one_line(f"{row['server_id']}{title}  [{row['transport']}]  {row['source']}"))
         where = row.get("url") or " ".join([row.get("command", ""), *row.get("args", [])])
-        click.echo(f"  runs:   {where}")
-        click.echo(f"  status: {_status_text(row)}")
-        click.echo(f"  tools:  {_tools_text(row, probed)}")
+        click.echo(one_line(f"  runs:   {where}"))
+        click.echo(one_line(f"  status: {_status_text(row)}"))
+        click.echo(one_line(f"  tools:  {_tools_text(row, probed)}"))
 
 
 # ---- call ------------------------------------------------------------------
@@ -189,11 +192,12 @@ def call(server: str, tool: str, arguments: str, mcp_dirs: tuple[str, ...],
         raise click.BadParameter("must be a JSON object", param_hint="ARGUMENTS")
     registry = build_registry(mcp_dirs, config_file)
     for error in registry.errors:
-        click.echo(f"error: {error}", err=True)
+        click.echo(one_line(f"error: {error}"), err=True)
     with McpManager(registry) as manager:
         outcome = manager.call_tool(server, tool, args, timeout_s=timeout,
                                     max_output_bytes=max_output_bytes)
-    click.echo(outcome.content)
+    # Exact when piped; on a terminal the server's escapes are shown, not run.
+    click.echo(block(outcome.content) if sys.stdout.isatty() else outcome.content)
     if outcome.is_error:
         click.echo(f"spearpy mcp call: {outcome.code} after {outcome.duration_ms:.0f} ms",
                    err=True)

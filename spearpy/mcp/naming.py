@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 PREFIX = "mcp__"
 COMPAT_PREFIX = "mcp."
 ALIAS_PREFIX = "mcp_h_"
-OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 OPENAI_MAX_LEN = 64
 
 
@@ -56,7 +56,10 @@ def spear_tool_name(server_id: str, tool: str) -> str:
     """SPEAR's name for `tool` of `server_id` (`fs`, `read_file` -> `mcp__ZnM__cmVhZF9maWxl`)."""
     if not server_id or not tool:
         raise ToolNameError("server id and tool name must be non-empty")
-    return f"{PREFIX}{_encode(server_id)}__{_encode(tool)}"
+    try:
+        return f"{PREFIX}{_encode(server_id)}__{_encode(tool)}"
+    except UnicodeEncodeError:  # a lone surrogate, which JSON can spell
+        raise ToolNameError("server id and tool name must be valid Unicode text") from None
 
 
 def parse_spear_name(name: str) -> tuple[str, str]:
@@ -121,6 +124,12 @@ def alias_name(server_id: str, tool: str, max_len: int = OPENAI_MAX_LEN) -> str:
     return f"{head}_{tail}" if tail else head
 
 
+def offered_name(server_id: str, tool: str, max_len: int = OPENAI_MAX_LEN) -> str:
+    """SPEAR's name when it fits `max_len`, the hashed alias otherwise."""
+    name = spear_tool_name(server_id, tool)
+    return name if len(name) <= max_len else alias_name(server_id, tool, max_len)
+
+
 @dataclass
 class NameTable:
     """The names one request offers, and the routing back from a called name.
@@ -136,12 +145,15 @@ class NameTable:
     _by_pair: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add(self, server_id: str, tool: str) -> str:
+        """The name `tool` is offered under; ToolNameError when it has none (an
+        empty name) or its name is already another pair's (a hash alias
+        collision a server can search for: routing must never be shared)."""
         pair = (server_id, tool)
         if pair in self._by_pair:
             return self._by_pair[pair]
-        name = spear_tool_name(server_id, tool)
-        if len(name) > self.max_len:
-            name = alias_name(server_id, tool, self.max_len)
+        name = offered_name(server_id, tool, self.max_len)
+        if name in self._by_name:
+            raise ToolNameError(f"its offered name {name} is already another tool's")
         self._by_name[name] = pair
         self._by_pair[pair] = name
         return name

@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Any
 
+from spearpy._term import one_line
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:
@@ -31,10 +32,7 @@ _SHOWN_CHARS = 64
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > _SHOWN_CHARS:
-        text = text[:_SHOWN_CHARS - 3] + "..."
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line(value if isinstance(value, str) else str(value), _SHOWN_CHARS)
 
 
 def _tokens(usage: Any) -> str:
@@ -91,9 +89,7 @@ def describe(event: ev.Event) -> tuple[str, str] | None:
 
 def _printable(value: Any) -> str:
     # A device's or server's own message: longer than a name, still one line.
-    text = value if isinstance(value, str) else str(value)
-    text = text[:509] + "..." if len(text) > 512 else text
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line(value if isinstance(value, str) else str(value), 512)
 
 
 def _audio_close(fd: str, d: dict[str, Any]) -> tuple[str, str]:

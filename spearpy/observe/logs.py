@@ -19,6 +19,7 @@ from collections.abc import MutableMapping
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
+from spearpy._term import block, one_line
 from spearpy.observe import events as ev
 from spearpy.observe.logger import context, deferred, get_logger, set_deferred, structlog_module
 from spearpy.observe.redact import Redactor, digest
@@ -35,6 +36,14 @@ def _ensure_context(_logger: WrappedLogger, _name: str, event_dict: EventDict) -
     for key in CONTEXT_KEYS:
         event_dict.setdefault(key, None)
     return event_dict
+
+
+def _terminal_safe(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
+    # Console lines go to a terminal and quote other programs' text (an MCP
+    # server's stderr, an upstream's error): their escapes are shown, not run.
+    # A traceback keeps its lines; JSON lines escape control characters anyway.
+    return {key: (block(value) if key == "exception" else one_line(value))
+            if isinstance(value, str) else value for key, value in event_dict.items()}
 
 
 class _Scrub:
@@ -91,6 +100,7 @@ def _apply(fmt: str, numeric: int, out: IO[str], scrub: _Scrub, colors: bool | N
         # exception message is removed too.
         structlog.processors.format_exc_info,
         scrub,
+        *([] if fmt == "json" else [_terminal_safe]),
         renderer,
     ]
     structlog.configure(

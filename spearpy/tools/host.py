@@ -66,7 +66,7 @@ class HostTools:
         if mcp is None:
             return
         offer = mcp.offer(task, policy, deadline=deadline, cancel=cancel)
-        for server_id, why in offer.failures.items():
+        for server_id, why in offer.failures:
             on_failure(server_id, why)
         for name in registry.attach("mcp", offer.tools, offer.aliases):
             on_failure("", f"MCP tool {name!r} is hidden by a guest tool of the same name")
