@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from spearpy.audio.params import MicFormat
+from spearpy.errors import SpearpyError
 
 
-class DeviceUnavailable(Exception):
+class DeviceUnavailable(SpearpyError):
     """No microphone can be opened here: the message says why."""
 
 

@@ -8,8 +8,10 @@ import os
 import posixpath
 from pathlib import Path
 
+from spearpy.errors import SpearpyError
 
-class OutsideMounts(PermissionError):
+
+class OutsideMounts(SpearpyError, PermissionError):
     """The path is not inside any mount (-EACCES): the message says so."""
 
 

@@ -26,6 +26,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Any, Final
 
+from spearpy.errors import SpearpyError
+
 SOURCES: Final = ("device", "stub", "file", "user_stream")
 DEFAULT_MAX_QUEUE_BYTES: Final = 512 * 1024
 MAX_STUB_BYTES: Final = 10 * 1024 * 1024  # SPEAR's bound on stub_pcm16_base64
@@ -34,7 +36,7 @@ MAX_CHANNELS: Final = 8
 MAX_FRAME_MS: Final = 1000
 
 
-class ParamError(ValueError):
+class ParamError(SpearpyError, ValueError):
     """The set-param JSON cannot configure a mic (-EINVAL)."""
 
 

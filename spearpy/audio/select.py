@@ -19,12 +19,13 @@ from spearpy.audio.pump import Source
 from spearpy.audio.stub import StubSource
 from spearpy.audio.userstream import StreamPuller, open_stream
 from spearpy.audio.wavfile import AudioFileError, FileSource
+from spearpy.errors import SpearpyError
 from spearpy.streams.hub import StreamHub
 
 ENOTCONN = -107  # user_stream_open's answer when no client can reach the run
 
 
-class SourceError(Exception):
+class SourceError(SpearpyError):
     """The source cannot start: `message` for last_error, `errno` for the guest."""
 
     def __init__(self, message: str, errno: int) -> None:

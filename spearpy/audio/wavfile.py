@@ -24,6 +24,7 @@ import soxr  # type: ignore[import-untyped]
 from spearpy.audio import wavheader
 from spearpy.audio.params import MicFormat
 from spearpy.audio.pcm import Rechunker, remix, to_float, to_pcm16
+from spearpy.errors import SpearpyError
 
 RAW_SUFFIXES = (".pcm", ".raw")
 # The most one step holds in any of its arrays (the bytes read, their float
@@ -33,7 +34,7 @@ STEP_BYTES = 256 << 10
 _FLOAT = 4  # bytes of a float32 sample
 
 
-class AudioFileError(Exception):
+class AudioFileError(SpearpyError):
     """The file cannot be played: the message says why, for last_error."""
 
 

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Final
 
+from spearpy.errors import SpearpyError
+
 RATE_MIN: Final = 1_000
 RATE_MAX: Final = 768_000  # the fastest converters sold
 MAX_CHANNELS: Final = 32
@@ -36,7 +38,7 @@ _FMT: Final = struct.Struct("<HHIIHH")  # tag, channels, rate, bytes/s, block al
 _FMT_EXTENSIBLE_BYTES: Final = 40
 
 
-class HeaderError(ValueError):
+class HeaderError(SpearpyError, ValueError):
     """The header cannot describe audio we play. The message names the field
     and goes on from the file's name ("x.wav has a sample rate field ...")."""
 

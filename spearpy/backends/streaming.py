@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from spearpy import _json
 from spearpy.chat.protocol import JSONDict
+from spearpy.errors import SpearpyError
 from spearpy.observe.scrub import SecretScrubber
 
 DeltaSink = Callable[[str], None]
@@ -83,7 +84,7 @@ class SSEDecoder:
         return done
 
 
-class StreamError(Exception):
+class StreamError(SpearpyError):
     """A stream that cannot become a completion (an error event, no chunk)."""
 
 

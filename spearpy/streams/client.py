@@ -14,11 +14,12 @@ import threading
 from typing import Any
 
 import spearpy.streams.ssf as ssf
+from spearpy.errors import SpearpyError
 from spearpy.streams.hub import StreamHub
 from spearpy.streams.session import Session, SessionClosed
 
 
-class StreamClosed(RuntimeError):
+class StreamClosed(SpearpyError, RuntimeError):
     """The stream cannot carry more frames: its session or the run ended."""
 
 

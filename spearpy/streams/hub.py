@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from spearpy.errors import SpearpyError
 from spearpy.observe.events import STREAM_SESSION
 from spearpy.streams.channel import Channel, CtlQueue, State
 from spearpy.streams.limits import CTL_SESSION_CLOSED, CTL_STREAM_CONNECTED, StreamLimits
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 MAX_NOTES = 256  # client-side happenings waiting for the guest's thread to report them
 
 
-class StreamsUnavailable(RuntimeError):
+class StreamsUnavailable(SpearpyError, RuntimeError):
     """No client session can attach now: one is attached, or the run ended."""
 
 

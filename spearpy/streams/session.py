@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import spearpy.streams.ssf as ssf
+from spearpy.errors import SpearpyError
 from spearpy.observe.events import STREAM_DROP, STREAM_SESSION
 from spearpy.streams.channel import Channel, State
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from spearpy.streams.hub import StreamHub
 
 
-class SessionClosed(RuntimeError):
+class SessionClosed(SpearpyError, RuntimeError):
     """The session ended (the client closed it, or it was refused a frame)."""
 
 

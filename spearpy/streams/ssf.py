@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, NamedTuple
 
+from spearpy.errors import SpearpyError
+
 MAGIC: Final = b"SPST"
 VERSION: Final = 1
 HEADER_LEN: Final = 32
@@ -42,7 +44,7 @@ class MsgType(IntEnum):
     PONG = 8
 
 
-class SsfError(ValueError):
+class SsfError(SpearpyError, ValueError):
     """A frame that is not SSF v1; the message says what is wrong with it."""
 
 
