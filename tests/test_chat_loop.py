@@ -373,9 +373,24 @@ def test_max_iterations_zero_never_goes_upstream() -> None:
 
 
 def test_final_answer_on_the_last_iteration_is_done() -> None:
+    # The limit is about tool calls left unanswered: a last completion that
+    # answers is the send's answer, whole, with nothing noted as a limit.
     session = make_session()
-    final, _ = drive(loop_for(session, max_iterations=2), [reply(None, [tc("echo")]), reply("ok")])
-    assert isinstance(final, Done)
+    loop = loop_for(session, max_iterations=2)
+    final, actions = drive(loop, [reply(None, [tc("echo")], total=4), reply("ok", total=6)])
+    assert final == Done({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "up-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        "_spear": {"backend": "fake", "model": "m", "iterations": 2, "tool_calls": 1,
+                   "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+                   "elapsed_ms": 0}})
+    assert [type(a).__name__ for a in actions] == ["Complete", "CallTool", "Complete", "Done"]
+    assert loop.state is LoopState.COMPLETED and loop.drain_notes() == []
+    assert [m["role"] for m in session.messages] == ["user", "assistant", "tool", "assistant"]
+    assert session.messages[-1] == {"role": "assistant", "content": "ok"}
+    assert session.pending_calls() == []
 
 
 def test_max_total_tool_calls_runs_while_the_budget_lasts() -> None:
