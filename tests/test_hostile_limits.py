@@ -240,7 +240,9 @@ def test_a_schema_check_stops_at_the_deadline_in_process(probe: Any) -> None:
     started = time.monotonic()
     with pytest.raises(wasmtime.WasmtimeError, match="deadline"):
         p.hc("cchat_write_fn", fd, 0, ptr, len(raw))
-    assert time.monotonic() - started < 1.5
+    # Unstopped, the check runs ~25 s; stopped, it ends near the 0.5 s
+    # deadline. 8 s tells the two apart with room for a loaded 2-core machine.
+    assert time.monotonic() - started < 8
     assert p.run.interrupts.noted is not None and p.run.interrupts.noted[0] == "timeout"
     assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
 
@@ -273,7 +275,9 @@ def test_bounded_stops_python_work_and_leaves_nothing_behind() -> None:
     with pytest.raises(HostInterrupt) as stopped:
         bounded(_Run(0.05), _spin)  # type: ignore[arg-type]
     assert stopped.value.outcome == "timeout"
-    assert time.monotonic() - started < 1.0
+    # Unstopped, _spin never ends; a hundred times the 0.05 s budget is
+    # room enough for a loaded machine and still a bound.
+    assert time.monotonic() - started < 5
     assert sys.gettrace() is before
     # Nothing pending surfaces later, and calls are traced no more.
     assert sum(len(str(i)) for i in range(100_000)) > 0
