@@ -19,9 +19,9 @@ TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
 LANGUAGES = ("c", "rust")
 DEFAULT_TOOL = "word_count"
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 # The tool's name is a C and Rust function name and an OpenAI function name.
-_TOOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,58}$")
+_TOOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,58}\Z")
 # Keywords of either language, and names the templates already use.
 _RESERVED = frozenset({
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",

@@ -44,7 +44,7 @@ _DROPPED = frozenset({
     "top_logprobs", "logit_bias", "user", "store", "max_completion_tokens",
     "parallel_tool_calls", "tool_choice", "stop", "max_tokens",
 })  # fmt: skip
-_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 
 
 class AnthropicBackend(HTTPBackend):

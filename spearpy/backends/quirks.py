@@ -35,7 +35,7 @@ from spearpy import _json
 from spearpy.chat.protocol import JSONDict
 from spearpy.errors import ConfigError
 
-_MISTRAL_ID = re.compile(r"^[A-Za-z0-9]{9}$")
+_MISTRAL_ID = re.compile(r"^[A-Za-z0-9]{9}\Z")
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 

@@ -43,7 +43,7 @@ from spearpy.errors import ConfigError
 from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
 
 Kind = Literal["openai", "anthropic", "scripted", "replay"]
-NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com/v1",

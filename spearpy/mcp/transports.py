@@ -45,7 +45,7 @@ Streams = TransportStreams
 _ID = rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
 _JSONRPC = rb'"jsonrpc"\s*:\s*"2\.0"'
 _ID_HEAD = re.compile(rb'^\s*\{\s*(?:' + _JSONRPC + rb'\s*,\s*)?' + _ID)
-_ID_TAIL = re.compile(_ID + rb'\s*(?:,\s*' + _JSONRPC + rb'\s*)?\}\s*$')
+_ID_TAIL = re.compile(_ID + rb'\s*(?:,\s*' + _JSONRPC + rb'\s*)?\}\s*\Z')
 
 
 @dataclass

@@ -33,7 +33,7 @@ _SECRET_KEYS = frozenset({
 })
 # Environment variables whose values are treated as secrets even when nobody
 # named them: the keys of backends configured in a TOML file, cloud tokens.
-_SECRET_ENV = re.compile(r"(?i)(API_?KEY|_KEY|_SECRET|_TOKEN|PASSWORD)$")
+_SECRET_ENV = re.compile(r"(?i)(API_?KEY|_KEY|_SECRET|_TOKEN|PASSWORD)\Z")
 # Credentials that look like credentials even when nobody registered them:
 # "Bearer <token>" and the sk-... / sk-proj-... shape of OpenAI-style keys.
 _PATTERNS = (

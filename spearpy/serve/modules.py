@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from spearpy.host import Host, LoadedModule
     from spearpy.serve.schema import RunRequest
 
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")  # full matches only
 MAX_MODULE_BYTES = 256 << 20
 
 
@@ -39,7 +39,7 @@ class ModuleDir:
         """The real file behind `name` (with or without `.wasm`), or a Problem
         (`missing`: the status for a name that leads to no module). A symlink
         to a module in the directory is the module under another name."""
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise Problem(422, f"module names are file names in the modules directory, "
                                f"like agent.wasm: {name!r} is not one", slug="bad-module-name")
         file_name = name if name.endswith(".wasm") else name + ".wasm"

@@ -33,7 +33,7 @@ from spearpy.errors import ConfigError
 
 POLICIES = ("priority", "round_robin", "weighted", "least_inflight", "ewma_latency")
 Policy = Literal["priority", "round_robin", "weighted", "least_inflight", "ewma_latency"]
-ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 TABLES = ("models", "routes", "circuit_breaker")
 
 

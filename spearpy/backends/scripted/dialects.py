@@ -37,7 +37,7 @@ from spearpy.backends.scripted.reply import JSONDict, ScriptedReply, dumps
 CHAT_PATH = "/v1/chat/completions"
 Respond = Callable[[JSONDict], ScriptedReply]
 
-_NINE = re.compile(r"^[A-Za-z0-9]{9}$")
+_NINE = re.compile(r"^[A-Za-z0-9]{9}\Z")
 _ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VLLM_AUTO_TOOL_ERROR = (
     '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
