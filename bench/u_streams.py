@@ -74,7 +74,8 @@ def _stream_url(base: str, module: str) -> str:
     with httpx.Client(base_url=base, timeout=30, trust_env=False) as http:
         run = http.post("/v1/runs", json={"module": module})
         run.raise_for_status()
-        created = http.post(f"/api/v1/executions/{run.json()['id']}/streams/session")
+        created = http.post(f"/api/v1/executions/{run.json()['id']}/streams/session",
+                            json={})
         created.raise_for_status()
         url: str = created.json()["ws_url"]
         return url

@@ -18,7 +18,7 @@ import pytest
 
 from spearpy import HostConfig
 from spearpy.serve import BackgroundServer, ServeConfig, create_app
-from spearpy.serve.connections import default_max_connections
+from spearpy.web.connections import default_max_connections
 from tests.test_serve_api import modules_dir, sse_events
 
 HEAD_TIMEOUT = 0.5
@@ -130,7 +130,7 @@ def test_the_default_cap_is_half_the_descriptor_limit() -> None:
 def test_spearpy_serve_lifts_the_soft_descriptor_limit() -> None:
     # In a child with a lowered soft limit: this process's limits stay as they are.
     script = ("import resource\n"
-              "from spearpy.serve.connections import raise_fd_limit\n"
+              "from spearpy.web.connections import raise_fd_limit\n"
               "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
               "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
               "print(raise_fd_limit() == hard == resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")

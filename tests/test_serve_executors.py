@@ -149,7 +149,7 @@ def test_a_killed_worker_ends_its_run_and_is_replaced(server: BackgroundServer,
 def test_user_streams_say_they_need_threads(client: httpx.Client) -> None:
     run = client.post("/v1/runs", json={"module": "c_infinite_loop"}).json()
     try:
-        reply = client.post(f"/api/v1/executions/{run['id']}/streams/session")
+        reply = client.post(f"/api/v1/executions/{run['id']}/streams/session", json={})
         assert "--executor threads" in assert_problem(reply, 409, "streams-unavailable")["detail"]
     finally:
         client.delete(f"/v1/runs/{run['id']}")
@@ -223,7 +223,8 @@ def test_auto_sends_runs_to_workers_and_stream_runs_to_threads(tmp_path: Path) -
         streaming = client.post("/v1/runs", json={"module": "c_user_stream_echo"}).json()
         try:
             assert streaming["executor"] == "threads", streaming
-            session = client.post(f"/api/v1/executions/{streaming['id']}/streams/session")
+            session = client.post(f"/api/v1/executions/{streaming['id']}/streams/session",
+                                  json={})
             assert session.status_code == 200 and session.json()["token"], session.text
         finally:
             client.delete(f"/v1/runs/{streaming['id']}")

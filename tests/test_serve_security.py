@@ -17,7 +17,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from spearpy import HostConfig
 from spearpy.serve import BackgroundServer, ServeConfig, create_app
 from spearpy.serve.cli import serve
-from spearpy.serve.config import check_bind
+from spearpy.web.guard import check_bind
 from tests.test_serve_api import SAMPLES, assert_problem, modules_dir, sse_events
 
 TOKEN = "serve-test-token-6f1c2a9e"

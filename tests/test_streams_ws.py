@@ -60,7 +60,7 @@ def start_run(http: httpx.Client, module: str = "c_user_stream_echo") -> str:
 
 
 def session(http: httpx.Client, run_id: str) -> dict[str, Any]:
-    response = http.post(f"/api/v1/executions/{run_id}/streams/session")
+    response = http.post(f"/api/v1/executions/{run_id}/streams/session", json={})
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -232,11 +232,11 @@ def test_tokens_and_the_subprotocol_are_enforced(client: httpx.Client,
         assert _refused(base.replace(run_id, other) + "?token=" + short) == 401  # expired
     finally:
         server.app.state.service.streams.tokens = tokens
-    assert client.post("/api/v1/executions/nope/streams/session").status_code == 404
+    assert client.post("/api/v1/executions/nope/streams/session", json={}).status_code == 404
     for rid in (run_id, other):
         client.delete(f"/v1/runs/{rid}")
         finished(client, rid)
-    ended = client.post(f"/api/v1/executions/{run_id}/streams/session")
+    ended = client.post(f"/api/v1/executions/{run_id}/streams/session", json={})
     assert ended.status_code == 409 and ended.json()["type"].endswith("run-ended")
 
 

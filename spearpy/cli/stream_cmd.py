@@ -21,7 +21,7 @@ import click
 
 from spearpy.serve.config import TOKEN_ENV
 
-_RUN_PATH = re.compile(r"^(.*?)/(?:v1/runs|api/v1/executions)/([^/]+)/?$")
+_RUN_PATH = re.compile(r"(.*?)/(?:v1/runs|api/v1/executions)/([^/]+)/?")  # full matches
 SUBPROTOCOL = "spear.stream.v1"
 
 
@@ -34,7 +34,8 @@ class StreamError(click.ClickException):
 @click.option("--stream-id", type=click.IntRange(0, 0xFFFFFFFF), default=1, show_default=True,
               help="the stream to send on")
 @click.option("--token", "service_token", envvar=TOKEN_ENV,
-              help=f"the service's bearer token, to ask for a session [env {TOKEN_ENV}]")
+              help=f"the service's bearer token, for the session and the upgrade "
+                   f"[env {TOKEN_ENV}]")
 @click.option("--linger", type=float, default=2.0, show_default=True,
               help="seconds of quiet from the guest after the end of input before hanging up")
 def stream(url: str, stream_id: int, service_token: str | None, linger: float) -> None:
@@ -46,7 +47,7 @@ def stream(url: str, stream_id: int, service_token: str | None, linger: float) -
                                    "(pip install websockets)") from None
     ws_url = url if url.startswith(("ws://", "wss://")) else _session_url(url, service_token)
     try:
-        asyncio.run(_talk(ws_url, stream_id, linger))
+        asyncio.run(_talk(ws_url, stream_id, linger, service_token))
     except KeyboardInterrupt:
         sys.exit(130)
 
@@ -54,7 +55,7 @@ def stream(url: str, stream_id: int, service_token: str | None, linger: float) -
 def _session_url(url: str, service_token: str | None) -> str:
     import httpx
 
-    match = _RUN_PATH.match(urlsplit(url).path)
+    match = _RUN_PATH.fullmatch(urlsplit(url).path)
     if not url.startswith(("http://", "https://")) or match is None:
         raise click.BadParameter("give a run's URL (http://HOST:PORT/v1/runs/ID) or a stream "
                                  "session's ws:// URL", param_hint="URL")
@@ -63,7 +64,7 @@ def _session_url(url: str, service_token: str | None) -> str:
                 f"{match.group(2)}/streams/session")
     headers = {"Authorization": f"Bearer {service_token}"} if service_token else {}
     try:
-        response = httpx.post(endpoint, headers=headers, timeout=30, trust_env=False)
+        response = httpx.post(endpoint, json={}, headers=headers, timeout=30, trust_env=False)
     except httpx.HTTPError as exc:
         raise StreamError(f"cannot reach {endpoint}: {exc}") from None
     if response.status_code != 200:
@@ -81,7 +82,8 @@ def _detail(body: str | bytes) -> str:
         return body.decode(errors="replace") if isinstance(body, bytes) else body
 
 
-async def _talk(ws_url: str, stream_id: int, linger: float) -> None:
+async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str | None
+                ) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
     from websockets.typing import Subprotocol
@@ -89,8 +91,11 @@ async def _talk(ws_url: str, stream_id: int, linger: float) -> None:
     from spearpy.streams import ssf
 
     try:
+        # A service with a token wants it on the upgrade too; the stream token
+        # rides in ws_url's query.
+        headers = {"Authorization": f"Bearer {service_token}"} if service_token else None
         ws = await connect(ws_url, subprotocols=[Subprotocol(SUBPROTOCOL)], compression=None,
-                           proxy=None, max_size=None)
+                           proxy=None, max_size=None, additional_headers=headers)
     except InvalidStatus as exc:
         raise StreamError(f"refused: {exc.response.status_code} "
                           f"{_detail(bytes(exc.response.body or b''))}") from None

@@ -2,7 +2,7 @@
 
     spearpy mcp list [--mcp-dir DIR ...] [--config FILE] [--json] [--probe]
     spearpy mcp call SERVER TOOL '{"arg": 1}' [--mcp-dir DIR ...]
-    spearpy mcp serve agent.wasm [--invoke NAME] [--http 127.0.0.1:PORT]
+    spearpy mcp serve agent.wasm [--invoke NAME] [--http 127.0.0.1:PORT] [--token T]
 
 Records come from SPEARPY_MCP_DIRS, then the config file's `[mcp]` table
 (`dirs`, relative to the file, and inline `[[mcp.servers]]` records), then
@@ -215,6 +215,9 @@ def call(server: str, tool: str, arguments: str, mcp_dirs: tuple[str, ...],
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
               help="serve streamable HTTP at http://HOST:PORT/mcp (PORT 0: any free port) "
                    "instead of stdio")
+@click.option("--token", default=None,
+              help="bearer token every HTTP request needs, at least 16 characters; "
+                   "needed to listen on anything but loopback [env SPEARPY_MCP_TOKEN]")
 @click.option("--name", default=None, help="the server name MCP clients see [the module's]")
 @click.option("--env", "env_pairs", multiple=True, help="guest env var K=V (repeatable)")
 @click.option("--dir", "dir_specs", multiple=True, help="preopen HOST[:GUEST] (repeatable)")
@@ -227,7 +230,8 @@ def call(server: str, tool: str, arguments: str, mcp_dirs: tuple[str, ...],
               help="largest tool output [65536]")
 @click.option("--no-cache", is_flag=True, help="do not use the on-disk compile cache")
 def serve(module: str, guest_args: tuple[str, ...], invoke: str | None, http: str | None,
-          name: str | None, env_pairs: tuple[str, ...], dir_specs: tuple[str, ...],
+          token: str | None, name: str | None, env_pairs: tuple[str, ...],
+          dir_specs: tuple[str, ...],
           tool_timeout: float | None, start_timeout: float, max_memory: int | None,
           max_tool_output_bytes: int | None, no_cache: bool) -> None:
     """Serve the tools MODULE registers as an MCP server (stdio by default).
@@ -238,7 +242,14 @@ def serve(module: str, guest_args: tuple[str, ...], invoke: str | None, http: st
     from spearpy.host import Host
     from spearpy.mcp.serve import DEFAULT_TOOL_TIMEOUT_S, GuestToolServer, ServeError
     from spearpy.mcp.serve import serve as run_server
+    from spearpy.mcp.wire import TOKEN_ENV
+    from spearpy.web.guard import check_token, token_from_env
 
+    token = token_from_env(token, TOKEN_ENV) if http is not None else None
+    try:
+        check_token(token)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--token") from None
     # K=V sets K; a bare NAME passes this process's NAME through (as `run`).
     env: dict[str, str | None] = {k: v if sep else None
                                   for k, sep, v in (p.partition("=") for p in env_pairs)}
@@ -260,7 +271,7 @@ def serve(module: str, guest_args: tuple[str, ...], invoke: str | None, http: st
                              start_timeout=start_timeout)
     try:
         run_server(server, http, announce=lambda line: click.echo(f"spearpy mcp serve: {line}",
-                                                                  err=True))
+                                                                  err=True), token=token)
     except ServeError as exc:
         click.echo(f"spearpy mcp serve: {exc}", err=True)
         sys.exit(1)

@@ -147,18 +147,21 @@ class GuestToolServer:
 
 
 def serve(server: GuestToolServer, http: str | None = None,
-          announce: Callable[[str], None] | None = None) -> RunResult | None:
+          announce: Callable[[str], None] | None = None,
+          token: str | None = None) -> RunResult | None:
     """Start the guest, serve its tools over stdio (or streamable HTTP on
-    `http`, HOST:PORT), and stop the guest when the server ends. Returns how
-    the run ended. `announce` gets one line saying what is served where."""
+    `http`, HOST:PORT, every request needing `token` as a bearer when given;
+    anything but loopback needs one), and stop the guest when the server
+    ends. Returns how the run ended. `announce` gets one line saying what is
+    served where."""
     say = announce or (lambda _line: None)
     if http is not None:
-        sock = wire.bind(http)
+        sock = wire.bind(http, token)
         try:
             tools = server.start()
             host, port = sock.getsockname()[:2]
             say(f"serving {_names(tools)} on http://{_netloc(host, port)}/mcp")
-            anyio.run(wire.serve_http, server.mcp_server(), sock)
+            anyio.run(wire.serve_http, server.mcp_server(), sock, token)
         finally:
             sock.close()
             result = server.close()

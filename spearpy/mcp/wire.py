@@ -1,4 +1,5 @@
-"""Where `spearpy mcp serve` listens: stdio kept off fd 1, or streamable HTTP.
+"""Where `spearpy mcp serve` listens: stdio kept off fd 1, or streamable HTTP
+under the rule of every spearpy HTTP surface (web/guard.py).
 
 Over stdio the protocol owns this process's stdin and stdout, but wasmtime
 writes a guest's printf to fd 1: `claim_stdio` moves the wire to private fds
@@ -24,8 +25,14 @@ import anyio.to_thread
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp
 
-from spearpy.serve.connections import connection_options
+from spearpy.observe.redact import Redactor
+from spearpy.web.connections import connection_options
+from spearpy.web.guard import JsonOnly, LoopbackOnly, TokenAuth, check_bind
+
+TOKEN_ENV = "SPEARPY_MCP_TOKEN"
 
 _HEAD_TIMEOUT_S = 10.0
 
@@ -42,12 +49,21 @@ async def serve_stdio(server: Server[Any], fds: tuple[int, int]) -> None:
             await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(server: Server[Any], sock: socket.socket) -> None:
-    """Serve streamable HTTP at /mcp on a bound socket until a signal. The
-    SDK's DNS-rebinding protection is on for a loopback address."""
-    app = server.streamable_http_app(host=sock.getsockname()[0])
+async def serve_http(server: Server[Any], sock: socket.socket, token: str | None = None,
+                     ) -> None:
+    """Serve streamable HTTP at /mcp on a socket `bind` gave until a signal,
+    under the rule of every spearpy HTTP surface (web/guard.py): `token` as
+    a bearer on every request; without one, loopback Host and Origin only."""
+    # The SDK's own Host check knows 127.0.0.1, localhost and ::1 only (it
+    # refuses 127.0.0.2 and is off for any other address): the guard does it.
+    sdk = server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    redactor = Redactor([token] if token else [])
+    app: ASGIApp = TokenAuth(JsonOnly(sdk, redactor, sdk.routes), token, redactor)
+    if token is None:
+        app = LoopbackOnly(app, redactor)
     # h11 with the service's bounds: a head's size and time, a connection cap
-    # (spearpy/serve/connections.py says why).
+    # (spearpy/web/connections.py says why).
     web = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on",
                                   timeout_graceful_shutdown=2,
                                   **connection_options(None, _HEAD_TIMEOUT_S)))
@@ -76,12 +92,14 @@ def claim_stdio() -> Iterator[tuple[int, int]]:
                 os.close(fd)
 
 
-def bind(address: str) -> socket.socket:
-    """A listening socket for HOST:PORT (PORT 0: any free port)."""
+def bind(address: str, token: str | None = None) -> socket.socket:
+    """A listening socket for HOST:PORT (PORT 0: any free port); anything but
+    loopback only with a token."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {address!r}")
     host = host.strip("[]") or "127.0.0.1"
+    check_bind(host, token, f"--token or {TOKEN_ENV}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -32,9 +32,10 @@ from spearpy.serve.modules import ModuleDir, RecentModules
 from spearpy.serve.problems import CatchAll, exception_handlers
 from spearpy.serve.routes import routes
 from spearpy.serve.runs import HostPool, RunManager
-from spearpy.serve.security import BodyCap, LoopbackHostOnly, TokenAuth
+from spearpy.serve.security import OPEN_PATHS, QUERY_TOKEN_PATHS, BodyCap
 from spearpy.serve.store import RunStore
 from spearpy.serve.streams import ServeStreams, StreamingRunManager
+from spearpy.web.guard import JsonOnly, LoopbackOnly, TokenAuth
 
 
 class Service:
@@ -175,15 +176,19 @@ def create_app(config: ServeConfig, host: Host | None = None) -> Starlette:
         finally:
             await service.stop()
 
-    middleware = [Middleware(TokenAuth, token=config.token, redactor=service.redactor),
+    # The rule every HTTP surface follows (web/guard.py), then the body cap.
+    served = routes()
+    middleware = [Middleware(TokenAuth, token=config.token, redactor=service.redactor,
+                             open_paths=OPEN_PATHS, query_paths=QUERY_TOKEN_PATHS),
+                  Middleware(JsonOnly, redactor=service.redactor, routes=served),
                   Middleware(BodyCap, max_bytes=config.max_body_bytes,
                              redactor=service.redactor)]
     if config.token is None:
         # No token: only this machine may call, so refuse the Host names a
         # DNS-rebinding page would send from a browser here.
-        middleware.insert(0, Middleware(LoopbackHostOnly, redactor=service.redactor))
+        middleware.insert(0, Middleware(LoopbackOnly, redactor=service.redactor))
     middleware.insert(0, Middleware(CatchAll, redactor=service.redactor))
-    app = Starlette(routes=routes(), middleware=middleware,
+    app = Starlette(routes=served, middleware=middleware,
                     exception_handlers=exception_handlers(service.redactor), lifespan=lifespan)
     app.state.service = service
     return app

@@ -7,14 +7,8 @@ from typing import Any
 import click
 
 from spearpy.cli.options import host_from_options, host_options
-from spearpy.serve.config import (
-    DEFAULT_PORT,
-    TOKEN_ENV,
-    ServeConfig,
-    check_bind,
-    default_state_dir,
-    token_from_env,
-)
+from spearpy.serve.config import DEFAULT_PORT, TOKEN_ENV, ServeConfig, default_state_dir
+from spearpy.web.guard import check_bind, token_from_env
 
 
 @click.command()
@@ -67,16 +61,16 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
     The backend and limit options are those of `spearpy run`; the limits are
     each run's defaults and maxima (a request may only lower them)."""
     from spearpy.serve.app import create_app
-    from spearpy.serve.connections import raise_fd_limit
     from spearpy.serve.server import serve as serve_app
     from spearpy.serve.store import StoreLocked
+    from spearpy.web.connections import raise_fd_limit
 
-    token = token_from_env(token)
+    token = token_from_env(token, TOKEN_ENV)
     raise_fd_limit()  # before the default max_connections is read from it
     if ray_address and executor is not None:
         raise click.UsageError("--ray is an executor of its own: leave out --executor")
     try:
-        check_bind(bind, token)
+        check_bind(bind, token, f"--token or {TOKEN_ENV}")
         config = ServeConfig(modules_dir=modules_dir, token=token,
                              state_dir=state_dir or default_state_dir(),
                              max_concurrent=max_concurrent, grace=grace,

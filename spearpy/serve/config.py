@@ -3,12 +3,12 @@ who may call it, how many runs at once, and what a request may override."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spearpy.config import HostConfig
+from spearpy.web.guard import check_token
 
 TOKEN_ENV = "SPEARPY_SERVE_TOKEN"
 DEFAULT_PORT = 8700
@@ -24,14 +24,14 @@ def default_state_dir() -> Path:
 class ServeConfig:
     modules_dir: Path | str
     state_dir: Path | str = field(default_factory=default_state_dir)
-    # None = no token: only safe on loopback, which `check_bind` enforces.
+    # None = no token: only safe on loopback, which web/guard.py `check_bind` enforces.
     token: str | None = None
     max_concurrent: int = 8
     grace: float = 10.0  # seconds runs may finish in at shutdown before they are cancelled
     max_body_bytes: int = 1 << 20
     # Open connections (event streams included) before new ones are closed
     # unanswered; None = half the process's file descriptor limit. And how
-    # long a request head may take to arrive (serve/connections.py).
+    # long a request head may take to arrive (web/connections.py).
     max_connections: int | None = None
     head_timeout: float = 10.0
     # Models and backends a request may pick; empty = the operator's choice only.
@@ -74,10 +74,7 @@ class ServeConfig:
             raise ValueError("the ray executor needs a cluster address (--ray ADDRESS)")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be at least 1")
-        if self.token is not None and len(self.token) < 16:
-            # A short token is guessable and, below the Redactor's minimum
-            # secret length, would not be scrubbed from what the service returns.
-            raise ValueError("the token must be at least 16 characters")
+        check_token(self.token)
 
     @property
     def modules_path(self) -> Path:
@@ -86,24 +83,3 @@ class ServeConfig:
     @property
     def state_path(self) -> Path:
         return Path(self.state_dir)
-
-
-def token_from_env(given: str | None) -> str | None:
-    return given if given else (os.environ.get(TOKEN_ENV) or None)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token: the API runs
-    code and spends the operator's model budget."""
-    if token is None and not is_loopback(host):
-        raise ValueError(f"refusing to listen on {host} without a token: give --token or "
-                         f"{TOKEN_ENV}, or bind 127.0.0.1")

@@ -1,4 +1,4 @@
-"""Every error as an RFC 9457 problem body: type, title, status, detail.
+"""Every error as an RFC 9457 problem body (web/problems.py).
 
 Handlers turn anything a request can raise into one, including exceptions
 nobody expected, so a bad request never crashes the service or answers with
@@ -7,7 +7,6 @@ an HTML page or a traceback.
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from http import HTTPStatus
@@ -19,8 +18,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spearpy.observe.redact import Redactor
+from spearpy.web.problems import problem_response
 
-PROBLEM_TYPE = "application/problem+json"
 _log = logging.getLogger("spearpy.serve")
 
 
@@ -36,20 +35,6 @@ class Problem(Exception):
         self.slug = slug
         self.headers = headers or {}
         self.extra = extra
-
-
-def problem_body(status: int, detail: str, slug: str | None = None,
-                 **extra: Any) -> dict[str, Any]:
-    return {"type": f"urn:spearpy:problem:{slug}" if slug else "about:blank",
-            "title": HTTPStatus(status).phrase, "status": status, "detail": detail, **extra}
-
-
-def problem_response(redactor: Redactor, status: int, detail: str, slug: str | None = None,
-                     headers: dict[str, str] | None = None, **extra: Any) -> Response:
-    # A detail may quote a request value or an upstream error: scrub it too.
-    body = redactor.value(problem_body(status, detail, slug, **extra))
-    return Response(json.dumps(body, ensure_ascii=False), status, headers=headers,
-                    media_type=PROBLEM_TYPE)
 
 
 def exception_handlers(redactor: Redactor) -> dict[Any, Any]:

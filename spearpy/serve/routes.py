@@ -4,7 +4,6 @@ health, the OpenAPI document, and the page's static files."""
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 from collections.abc import AsyncIterator
@@ -26,7 +25,7 @@ from spearpy.serve.schema import (
     RESULT_FIELDS,
     check_limits,
     check_overrides,
-    parse_request,
+    parse_body,
     run_view,
 )
 from spearpy.serve.store import MAX_SEQ, EventRow
@@ -54,15 +53,7 @@ async def _run_row(service: Service, run_id: str) -> dict[str, Any]:
 
 async def create_run(request: Request) -> Response:
     service = _service(request)
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        # Also what stops a page on another site from posting a plain form here.
-        raise Problem(415, "send the run as Content-Type: application/json",
-                      slug="unsupported-media-type")
-    try:
-        body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Problem(400, f"the body is not JSON: {exc}", slug="invalid-json") from None
-    run = parse_request(body)
+    run = parse_body(await request.body())  # JSON by then: web/guard.py JsonOnly
     check_overrides(run, service.config.allow_models, service.config.allow_backends)
     runs = service.runs
     limits = check_limits(run.limits, service.hosts.base.config)

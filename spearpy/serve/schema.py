@@ -3,6 +3,8 @@ API says about a run."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -12,6 +14,8 @@ from spearpy.instance import RUN_LIMITS
 from spearpy.serve.problems import Problem
 
 MAX_ARGS = 1024
+# Largest limit value a request may give: SQLite's and wasmtime's integers end here.
+MAX_LIMIT = 2**63 - 1
 
 
 class RunRequest(BaseModel):
@@ -46,7 +50,38 @@ class RunRequest(BaseModel):
         return value
 
 
-def parse_request(body: Any) -> RunRequest:
+def parse_body(raw: bytes) -> RunRequest:
+    """A run request from a POST body: strict JSON (no NaN or Infinity, no
+    number past a float's range, no lone surrogate, nesting within what the
+    parser reads), then the request's own checks."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # A \ud800 escape is valid JSON but not text: nothing after this
+        # (SQLite, the guest's UTF-8 argv, the event log) can encode it.
+        json.dumps(body, ensure_ascii=False).encode()
+    except RecursionError:
+        raise Problem(400, "the body is nested deeper than the service reads",
+                      slug="invalid-json") from None
+    except UnicodeEncodeError:
+        raise Problem(400, "the body holds a lone UTF-16 surrogate escape, which is not "
+                           "text", slug="invalid-json") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Problem(400, f"the body is not JSON: {exc}", slug="invalid-json") from None
+    return _validated(body)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past the range of a number")
+    return value
+
+
+def _validated(body: Any) -> RunRequest:
     if not isinstance(body, dict):
         raise Problem(422, "the body must be a JSON object", slug="invalid-request")
     try:
@@ -75,6 +110,11 @@ def check_limits(requested: dict[str, int | float], host: HostConfig) -> dict[st
         if isinstance(value, bool):
             raise Problem(422, f"limits.{name} must be a number", slug="invalid-request",
                           limit=name)
+        if not -MAX_LIMIT <= value <= MAX_LIMIT:  # NaN fails this too
+            # Past this nothing runs differently, and a 400-digit integer
+            # does not even convert to a float to be compared or shown.
+            raise Problem(422, f"limits.{name} is out of range (at most {MAX_LIMIT})",
+                          slug="invalid-request", limit=name)
         maximum = getattr(host, name)
         if maximum is not None and value > maximum:
             raise Problem(422, f"limits.{name} = {value:g} is over the service's maximum "

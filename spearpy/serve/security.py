@@ -1,59 +1,24 @@
-"""Who may call the service, and how much they may send: bearer-token
-authentication and the request body cap, as plain ASGI middleware so they
-run before any route (and for routes that do not exist)."""
+"""What the service adds to the rule every HTTP surface follows
+(web/guard.py): the paths open without its token, and the request body cap,
+as plain ASGI middleware so it runs before any route."""
 
 from __future__ import annotations
 
-import hmac
 import re
-from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spearpy.observe.redact import Redactor
-from spearpy.serve.problems import Problem, problem_response
+from spearpy.serve.problems import Problem
+from spearpy.web.problems import problem_response
 
 # Needs no token: liveness probes, and the page's static code, which a browser
 # loads by navigation (no header can be set) and which holds no data: all data
-# comes from /v1, which needs the token.
-_OPEN = re.compile(r"^/(healthz|static/[A-Za-z0-9._-]+|favicon\.ico)?$")
-# EventSource cannot set headers, so the event stream alone also takes the
-# token as ?access_token= (RFC 6750 section 2.3).
-_QUERY_TOKEN = re.compile(r"^/v1/runs/[^/]+/events$")
-
-
-class TokenAuth:
-    def __init__(self, app: ASGIApp, token: str | None, redactor: Redactor) -> None:
-        self.app = app
-        self._token = token.encode() if token else None
-        self._redactor = redactor
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._token is None or scope["type"] != "http" or _OPEN.match(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        given = self._bearer(scope)
-        if given is None and _QUERY_TOKEN.match(scope["path"]):
-            values = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            given = values["access_token"][0] if "access_token" in values else None
-        # compare_digest: the time taken must not say how much of a guess was right.
-        if given is None or not hmac.compare_digest(given.encode(), self._token):
-            detail = ("this service needs `Authorization: Bearer <token>`" if given is None
-                      else "the bearer token is not valid")
-            response = problem_response(self._redactor, 401, detail, "unauthorized",
-                                        {"WWW-Authenticate": 'Bearer realm="spearpy"'})
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    @staticmethod
-    def _bearer(scope: Scope) -> str | None:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, credentials = bytes(value).decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and credentials.strip():
-                    return credentials.strip()
-        return None
+# comes from /v1, which needs the token. Full matches (web/guard.py TokenAuth).
+OPEN_PATHS = re.compile(r"/(healthz|static/[A-Za-z0-9._-]+|favicon\.ico)?")
+# EventSource cannot set headers, so the event stream also takes the token as
+# ?access_token= (as every WebSocket upgrade does).
+QUERY_TOKEN_PATHS = re.compile(r"/v1/runs/[^/]+/events")
 
 
 class BodyTooLarge(Problem):
@@ -100,33 +65,3 @@ class BodyCap:
             return message
 
         await self.app(scope, capped, send)
-
-
-_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-
-
-class LoopbackHostOnly:
-    """Without a token the service trusts whoever can reach loopback; a web
-    page elsewhere can reach it too, by pointing its own DNS name at
-    127.0.0.1 (DNS rebinding). Its requests carry that name as Host: refuse
-    any Host that is not a loopback name."""
-
-    def __init__(self, app: ASGIApp, redactor: Redactor) -> None:
-        self.app = app
-        self._redactor = redactor
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            host = ""
-            for name, value in scope.get("headers", []):
-                if name == b"host":
-                    host = value.decode("latin-1").lower()
-            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            if name not in _LOOPBACK_NAMES:
-                response = problem_response(
-                    self._redactor, 421, f"this service answers only to loopback names "
-                                         f"without a token, not Host {host!r}",
-                    "misdirected-request")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)

@@ -14,8 +14,8 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from spearpy.serve.connections import connection_options
 from spearpy.streams.limits import StreamLimits
+from spearpy.web.connections import connection_options
 
 # The event stream takes the token in its query (EventSource sends no
 # headers): keep it out of the access log.

@@ -2,12 +2,17 @@
 
     POST /api/v1/executions/{run_id}/streams/session   -> a token for that run (60 s)
     GET  /api/v1/executions/{run_id}/streams/ws        WebSocket, subprotocol spear.stream.v1,
-                                                       token as ?token= or Authorization: Bearer
+                                                       token as ?token= (or Authorization: Bearer
+                                                       on a service without a token)
 
 `run_id` is the service's run id (`/v1/runs/{id}`). Unlike SPEAR, both the
 token and the subprotocol are enforced: an upgrade without them is refused
-with a problem body. Every run gets a StreamHub when it starts; the service
-drives it only through `Host.run(streams=...)`, as an embedder would.
+with a problem body. The upgrade also follows the rule of every route
+(web/guard.py): the service's own token when it has one (as Authorization,
+or ?access_token= from a browser), loopback Host and Origin when not; and
+the session route, like every POST, takes application/json only. Every run
+gets a StreamHub when it starts; the service drives it only through
+`Host.run(streams=...)`, as an embedder would.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from spearpy.serve.problems import Problem, problem_response
+from spearpy.serve.problems import Problem
 from spearpy.serve.runs import LiveRun, RunManager
 from spearpy.serve.streams_auth import StreamTokens, Verdict
 from spearpy.serve.streams_ws import SUBPROTOCOL, serve_session
 from spearpy.streams import StreamHub, StreamLimits, StreamsUnavailable
+from spearpy.web.guard import refuse
+from spearpy.web.problems import problem_response
 
 if TYPE_CHECKING:
     from spearpy.host import Host
@@ -151,19 +158,19 @@ async def stream_ws(websocket: WebSocket) -> None:
 
 
 def _token(websocket: WebSocket) -> str | None:
+    # The query first: on a service with a token, Authorization carries that.
+    if websocket.query_params.get("token"):
+        return websocket.query_params["token"]
     auth = websocket.headers.get("authorization", "")
     scheme, _, credentials = auth.partition(" ")
     if scheme.lower() == "bearer" and credentials.strip():
         return credentials.strip()
-    return websocket.query_params.get("token") or None
+    return None
 
 
 async def _deny(websocket: WebSocket, status: int, detail: str, slug: str) -> None:
     response = problem_response(_service(websocket).redactor, status, detail, slug)
-    try:
-        await websocket.send_denial_response(response)
-    except RuntimeError:  # a server without the denial extension: a bare 403
-        await websocket.close(1008, detail[:123])
+    await refuse(response, websocket.scope, websocket.receive, websocket.send)
 
 
 def stream_routes() -> list[BaseRoute]:
