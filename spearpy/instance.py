@@ -53,6 +53,14 @@ _UNLIMITED_FUEL = (1 << 63) - 1
 MAX_LOGGED_HOST_BUGS = 10
 # A device's last error in its audio_close event: a server's message can be long.
 _MAX_ERROR_CHARS = 512
+# What a closed session's transcript keeps beyond the messages, tools and
+# params already charged (the dict, its lists and copies; tracemalloc), and
+# one routing record in it: kept to the run's end, so a guest churning empty
+# sessions pays for each.
+TRANSCRIPT_BYTES = 1600
+ROUTE_RECORD_BYTES = 1024
+# One entry of tool_function's cache (the RawFunc, or None, and its slot).
+TOOL_FUNC_BYTES = 256
 
 
 GuestLogSink = Callable[[str, str], None]
@@ -111,7 +119,7 @@ class GuestRun:
         self.module = module
         self.options = options
         self.run_id = uuid.uuid4().hex[:12]
-        self.fds = FdTable(self.config.max_open_fds)
+        self.fds = FdTable(self.config.max_open_fds, self)
         self.events = EventBus(self.run_id, options.sinks)
         self.interrupts = Interrupts(timeout=self.config.timeout,
                                      tool_timeout=self.config.tool_timeout,
@@ -164,6 +172,10 @@ class GuestRun:
         if self.host_bytes > self.config.max_host_bytes:
             self._over_budget(what)
 
+    def release(self, nbytes: int) -> None:
+        """Give back a charge whose object the host no longer keeps (a closed fd)."""
+        self.host_bytes -= nbytes
+
     def reserve_bytes(self, nbytes: int, what: str) -> None:
         """Before reading or building something the host would keep: end the
         run with memory_limit now if `nbytes` more would pass max_host_bytes.
@@ -213,19 +225,26 @@ class GuestRun:
     def tool_function(self, index: int) -> _native.RawFunc | None:
         if index in self.tool_funcs:
             return self.tool_funcs[index]
+        table = self._table
+        if table is None or not 0 <= index < table.size(self.store):
+            # Not cached: a guest asking for every i32 would grow the cache
+            # by an entry per refused call.
+            return None
         func = None
-        if self._table is not None and 0 <= index < self._table.size(self.store):
-            try:
-                item = self._table.get(self.store, index)
-            except wasmtime.WasmtimeError:
-                item = None
-            if isinstance(item, wasmtime.Func):
-                ty = item.type(self.store)
-                if ([str(p) for p in ty.params], [str(r) for r in ty.results]) == (
-                    [str(p) for p in _TOOL_SIGNATURE[0]], [str(r) for r in _TOOL_SIGNATURE[1]]
-                ):
-                    func = _native.RawFunc(self.store, item, 4, 1)
+        try:
+            item = table.get(self.store, index)
+        except wasmtime.WasmtimeError:
+            item = None
+        if isinstance(item, wasmtime.Func):
+            ty = item.type(self.store)
+            if ([str(p) for p in ty.params], [str(r) for r in ty.results]) == (
+                [str(p) for p in _TOOL_SIGNATURE[0]], [str(r) for r in _TOOL_SIGNATURE[1]]
+            ):
+                func = _native.RawFunc(self.store, item, 4, 1)
+        # Kept to the run's end, one per table slot asked (up to
+        # MAX_TABLE_ELEMENTS): charged like anything else the host keeps.
         self.tool_funcs[index] = func
+        self.charge(TOOL_FUNC_BYTES, "a tool function lookup")
         return func
 
     # ---- lifecycle -------------------------------------------------------
@@ -368,16 +387,24 @@ class GuestRun:
             self.events.emit(AUDIO_CLOSE, fd, reason=reason, **summary)
         return rc
 
-    def session_closed(self, session: ChatSession) -> None:
+    def session_closed(self, session: ChatSession, *, ending: bool = False) -> None:
+        """Keep a closed session's transcript (to the run's end: the result
+        holds it) and say so in a session_close event. What it keeps beyond
+        the session's charged contents is charged; past max_host_bytes the
+        run ends, unless it is `ending` already (the host closing what is left)."""
         transcript = self.host.transcript_of(self, session)
         self.transcripts.append(transcript)
         # The transcript rides in `content`, which event files leave out.
         self.events.emit(SESSION_CLOSE, session.fd, messages=len(transcript["messages"]),
                          content={"transcript": transcript})
+        cost = TRANSCRIPT_BYTES + ROUTE_RECORD_BYTES * len(transcript.get("routes", ()))
+        if ending:
+            self.host_bytes += cost  # counted, but there is nothing left to stop
+        else:
+            self.charge(cost, "a closed session's transcript")
 
     def close_all_sessions(self) -> None:
         for fd, entry in self.fds.entries():
             if isinstance(entry, ChatSessionFd):
-                self.session_closed(entry.session)
                 self.fds.close(fd)
-
+                self.session_closed(entry.session, ending=True)

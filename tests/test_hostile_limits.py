@@ -30,6 +30,7 @@ import wasmtime
 
 from spearpy import abi
 from spearpy.errors import HostInterrupt
+from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
 from spearpy.hostcalls.limits import (
     PARSED_BYTES_PER_TOKEN,
@@ -37,6 +38,7 @@ from spearpy.hostcalls.limits import (
     bounded,
     json_cost,
 )
+from spearpy.instance import TOOL_FUNC_BYTES
 from spearpy.interrupts import Interrupts
 from spearpy.memory import GuestMemory
 from tests.limits_attack import TIMEOUT_S, draft4_enum_schema
@@ -168,7 +170,7 @@ def test_sizes_are_refused_after_the_bounds_and_before_any_read(probe: Any,
     assert p.hc("cchat_write_msg", fd, tool, 4, ptr, abi.MAX_TOOL_ANSWER_BYTES + 1) == abi.EINVAL
     assert p.hc("log", 2, ptr, abi.MAX_LOG_LEN + 1) == abi.EINVAL
     assert max(reads, default=0) <= len("tool")
-    assert p.run.host_bytes == 0
+    assert p.run.host_bytes == ChatSessionFd.host_bytes  # the open session alone
     # A long message of another role is only a matter of budget.
     assert p.hc("cchat_write_msg", fd, role, 4, ptr, abi.MAX_TOOL_ANSWER_BYTES + 1) == 0
     # A schema of exactly the cap is accepted.
@@ -189,7 +191,7 @@ def test_the_budget_refuses_before_reading(probe: Any, reads: list[int]) -> None
         p.hc("cchat_write_msg", fd, role, 4, ptr, 2 << 20)
     assert p.run.interrupts.noted is not None and p.run.interrupts.noted[0] == "memory_limit"
     assert max(reads, default=0) <= len("user")
-    assert p.run.host_bytes == 0
+    assert p.run.host_bytes == ChatSessionFd.host_bytes  # the open session alone
 
 
 def test_the_log_budget_is_checked_after_the_bounds(probe: Any, reads: list[int]) -> None:
@@ -210,7 +212,9 @@ def test_json_is_charged_at_what_the_host_keeps(probe: Any) -> None:
         "a": {"type": "array", "items": {"type": "string"}}}}}).encode()
     ptr, n = p.put(1024, schema)
     assert p.hc("cchat_write_fn", fd, 0, ptr, n) == 0
-    assert p.run.host_bytes == json_cost(schema, SCHEMA_BYTES_PER_TOKEN)
+    # With the open session and tool_function's cache entry for slot 0.
+    assert p.run.host_bytes == json_cost(schema, SCHEMA_BYTES_PER_TOKEN) + \
+        ChatSessionFd.host_bytes + TOOL_FUNC_BYTES
     charged = p.run.host_bytes
     param = b'{"key":"stop","value":["a","b","c"]}'
     ptr, n = p.put(4096, param)

@@ -73,7 +73,9 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-open-fds", {"type": int, "help": "open fds per instance [1024]"}),
     ("--max-log-bytes", {"type": BYTES, "help": "guest log bytes per run [8MiB]"}),
     ("--max-host-bytes", {"type": BYTES,
-                          "help": "bytes the host may keep for one run's data [256 MiB]"}),
+                          "help": "bytes the host may keep for one run: messages, replies, "
+                                  "schemas, params, open fds, closed sessions' "
+                                  "transcripts [256 MiB]"}),
     ("--module-cache-bytes", {"type": BYTES, "help": "compiled modules kept in memory "
                                                      "(LRU) [512MiB]"}),
     ("--mcp-dir", {"type": click.Path(file_okay=False), "multiple": True,

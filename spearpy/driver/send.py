@@ -211,8 +211,6 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     if session.appended_chars != charged:  # what an interrupt's answers added
         with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
             run.charge(session.appended_chars - charged, "replies and tool outputs")
-    with contextlib.suppress(HostInterrupt):  # noted; cchat_send ends the run
-        run.charge(len(body), "a response body")
     return ChatResponse(body, dict(session.last_metrics), is_error)
 
 

@@ -11,6 +11,11 @@ from spearpy import abi
 
 class Fd:
     kind: ClassVar[str] = ""  # what spear_fd_ctl GET_KIND reports
+    # What an open fd of this kind costs the host at least (the object, its
+    # empty containers, the table's slot; measured with tracemalloc), charged
+    # against max_host_bytes while it is open: without it a guest churning
+    # objects that hold nothing looks free.
+    host_bytes: ClassVar[int] = 256
     __slots__ = ("nonblock",)
 
     def __init__(self) -> None:
@@ -37,6 +42,11 @@ class Fd:
     def metrics(self) -> dict[str, Any] | int:
         """GET_METRICS JSON, or the errno that refuses it."""
         return abi.EAGAIN if self.pending else {}
+
+    def held_bytes(self) -> int:
+        """What closing this fd gives back to the run's max_host_bytes: its
+        fixed cost and whatever else was charged for what it alone holds."""
+        return self.host_bytes
 
     def close_summary(self) -> dict[str, Any] | None:
         """What an `audio_close` event says of this fd once it is closed (a

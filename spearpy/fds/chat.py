@@ -22,6 +22,9 @@ class ChatResponse:
 
 class ChatSessionFd(Fd):
     kind = "ChatSession"
+    # An empty ChatSession (its registry, params, messages) with its fd; what
+    # it is given later is charged as it comes.
+    host_bytes = 1280
     __slots__ = ("session",)
 
     def __init__(self, session: ChatSession) -> None:
@@ -41,6 +44,7 @@ class ChatResponseFd(Fd):
     number is predictable and a tool inside the send may try anything on it."""
 
     kind = "ChatResponse"
+    host_bytes = 512  # with its ChatResponse and metrics dict
     __slots__ = ("response",)
 
     def __init__(self, response: ChatResponse | None = None) -> None:
@@ -53,6 +57,12 @@ class ChatResponseFd(Fd):
 
     def fill(self, response: ChatResponse) -> None:
         self.response = response
+
+    def held_bytes(self) -> int:
+        # cchat_send charges the body when it fills the fd: the body is
+        # freed with the fd, its copy in the session is charged apart.
+        response = self.response
+        return self.host_bytes + (len(response.body) if response is not None else 0)
 
     def readiness(self) -> int:
         response = self.response

@@ -39,6 +39,18 @@ class EpollFd(Fd):
                 found.append((fd, mask))
         return found
 
+    def watch(self, table: FdTable, fd: int, events: int) -> None:
+        """Add or change an interest. Closed fds leave lazily, when the set
+        next looks; a guest that adds and closes fds without ever waiting
+        would grow the set forever, so an add that finds it holding more
+        interests than the table has open fds drops the closed ones first:
+        the set stays within twice the open fds (max_open_fds)."""
+        interests = self.interests
+        if fd not in interests and len(interests) >= len(table):
+            for stale in [f for f in interests if table.lookup(f) is None]:
+                del interests[stale]
+        interests[fd] = events & VALID_EVENTS
+
     def watches_changing(self, table: FdTable) -> bool:
         """Whether any watched fd may become ready while the guest waits."""
         return any(target.can_change() for fd in self.interests

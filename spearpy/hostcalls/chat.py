@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ from spearpy import _json, abi
 from spearpy.chat.registry import RegistryError, parse_tool_schema
 from spearpy.chat.session import ChatSession
 from spearpy.driver.send import run_send
+from spearpy.errors import HostInterrupt
 from spearpy.fds import ChatResponse, ChatResponseFd, ChatSessionFd
 from spearpy.hostcalls.limits import SCHEMA_BYTES_PER_TOKEN, bounded, json_cost, json_tokens
 from spearpy.memory import GuestFault
@@ -213,6 +215,10 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     finally:
         run.end_send(fd)
     slot.fill(response)
+    # The body is kept until the guest closes the fd, which gives it back
+    # (ChatResponseFd.held_bytes); past the budget the run ends just below.
+    with contextlib.suppress(HostInterrupt):
+        run.charge(len(response.body), "a response body")
     # A deadline or cancel that ended the send ends the run too; the body is
     # already stored, so nothing the guest could still read is lost.
     run.interrupts.raise_if_run_ends()
@@ -236,7 +242,11 @@ def cchat_close(run: GuestRun, fd: int) -> int:
     if isinstance(entry, ChatSessionFd):
         if _busy(run, fd):
             return abi.EAGAIN
+        # Out of the table before its transcript is charged: a charge past
+        # the budget ends the run, whose end must not close it a second time.
+        rc = run.fds.close(fd)
         run.session_closed(entry.session)
-    elif entry is not None and not isinstance(entry, ChatResponseFd):
+        return rc
+    if entry is not None and not isinstance(entry, ChatResponseFd):
         return abi.EBADF  # not a chat fd: closed by its own family's close
     return run.fds.close(fd)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from spearpy import _json, abi
 from spearpy.fds import EpollFd
-from spearpy.fds.epoll import VALID_EVENTS
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
@@ -76,7 +75,7 @@ def spear_epoll_ctl(run: GuestRun, epfd: int, op: int, fd: int, events: int) -> 
     if target is epoll or isinstance(target, EpollFd):
         return abi.EINVAL
     if op in (abi.EPOLL_CTL_ADD, abi.EPOLL_CTL_MOD):
-        epoll.interests[fd] = events & VALID_EVENTS
+        epoll.watch(run.fds, fd, events)
         return 0
     if op == abi.EPOLL_CTL_DEL:
         epoll.interests.pop(fd, None)
