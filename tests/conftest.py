@@ -12,6 +12,7 @@ from hypothesis import settings
 from spearpy.host import Host
 from spearpy.instance import GuestRun
 from spearpy.testing import Script, ScriptedServer
+from tests.long_sample import sample_long_items
 from tests.mic_support import make_speech
 from tests.probe import Probe, wat_module
 
@@ -21,6 +22,17 @@ from tests.probe import Probe, wat_module
 # need what a user at a terminal has: SIGINT raising KeyboardInterrupt.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long_sample: a fixed-seed sample of a `long` test, run "
+                                       "by default (tests/long_sample.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not long'` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sample_long_items(config.getoption("markexpr"), items)
+
 
 # Property tests draw the same examples on every run (hypothesis' own "ci"
 # profile: derandomized, no example database, a failure prints the blob that
