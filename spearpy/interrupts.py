@@ -39,8 +39,8 @@ _EVENT = _flag_readable_event()
 
 
 class Interrupts:
-    __slots__ = ("_noted", "_run_timeout", "_tool_timeout_note", "cancel_event", "deadline",
-                 "tool_deadline", "tool_timeout", "waker")
+    __slots__ = ("_note_lock", "_noted", "_run_timeout", "_tool_timeout_note", "cancel_event",
+                 "deadline", "tool_deadline", "tool_timeout", "waker")
 
     def __init__(self, *, timeout: float | None, tool_timeout: float | None,
                  cancel: threading.Event | None = None) -> None:
@@ -53,6 +53,10 @@ class Interrupts:
         self.tool_timeout = tool_timeout
         self._noted: Reason | None = None
         self._tool_timeout_note: str | None = None
+        # The guest's thread and a canceller (Host.close, the MCP bridge, a
+        # signal) may note at once: without it both could see nothing noted
+        # and the later one would replace the first.
+        self._note_lock = threading.Lock()
 
     # ---- what is in force ------------------------------------------------
 
@@ -100,8 +104,10 @@ class Interrupts:
         outcome = Outcome(outcome)
         if outcome is Outcome.TOOL_TIMEOUT:
             self._tool_timeout_note = message
-        elif self._noted is None:
-            self._noted = (Outcome(outcome), message)
+            return
+        with self._note_lock:
+            if self._noted is None:
+                self._noted = (outcome, message)
 
     def take_tool_timeout(self) -> str | None:
         note, self._tool_timeout_note = self._tool_timeout_note, None
