@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import threading
@@ -32,6 +33,14 @@ from spearpy.serve.schema import RunRequest
 from spearpy.serve.store import EventRow, RunStore
 
 _log = logging.getLogger("spearpy.serve")
+# What the store keeps of one run's events: a guest churning objects (streams
+# opened and closed, sessions) makes events without end, each a row on disk.
+# Past either bound the rest are dropped and counted; an `events_dropped`
+# event says so where the dropping starts and, with the count, before the
+# run's end, which is always stored.
+MAX_STORED_EVENTS = 100_000
+MAX_STORED_EVENT_BYTES = 64 << 20
+EVENTS_DROPPED = "events_dropped"
 
 
 class RunNotRecorded(Problem):
@@ -51,6 +60,10 @@ class LiveRun:
     # run ends: a waiting POST answers from it without reading the store back.
     row: dict[str, Any] = field(default_factory=dict)
     inserted: Future[None] | None = None  # the record's commit, when nobody awaited it
+    stored: int = 0  # events stored, and their bytes (MAX_STORED_EVENTS, ..._BYTES)
+    stored_bytes: int = 0
+    dropped: int = 0  # events past those bounds, not stored
+    last_dropped: int = -1  # the seq of the last of them
 
 
 class RunManager:
@@ -181,6 +194,8 @@ class RunManager:
                     error: BaseException | None) -> None:
         fields, final = self._final(live, result, error)
         live.row = {**live.row, **fields}
+        if live.dropped > 1:  # the first one's seq holds the marker already
+            self._store_row(live, _dropped_row(live, "run_end"))
         self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
             self._ended, live, final))
 
@@ -190,6 +205,18 @@ class RunManager:
         if event.kind == RUN_END:
             live.final = row  # committed with the finished record, see _execute
             return
+        if live.dropped or live.stored >= MAX_STORED_EVENTS or \
+                live.stored_bytes + len(row[2]) > MAX_STORED_EVENT_BYTES:
+            live.dropped += 1
+            live.last_dropped = event.seq
+            if live.dropped > 1:
+                return
+            row = _dropped_row(live, "limit")
+        live.stored += 1
+        live.stored_bytes += len(row[2])
+        self._store_row(live, row)
+
+    def _store_row(self, live: LiveRun, row: EventRow) -> None:
         self._store.append_events(live.id, [row], after=lambda: self._to_loop(
             self._hub.publish, live.id, [row]))
 
@@ -282,6 +309,17 @@ class LoopHandoff:
                 fn(*args)
             except Exception:  # one subscriber's problem must not drop the others' events
                 _log.exception("serve: a hand-off to the event loop failed")
+
+
+def _dropped_row(live: LiveRun, at: str) -> EventRow:
+    """The `events_dropped` event, in the seq of the last event dropped: where
+    the dropping starts (`at` "limit") or, with the count, at the run's end."""
+    record = {"kind": EVENTS_DROPPED, "run_id": None, "seq": live.last_dropped,
+              "ts": time.time(), "fd": None, "at": at, "dropped": live.dropped,
+              "stored": live.stored, "stored_bytes": live.stored_bytes,
+              "max_events": MAX_STORED_EVENTS, "max_bytes": MAX_STORED_EVENT_BYTES,
+              "service": True}
+    return live.last_dropped, EVENTS_DROPPED, json.dumps(record, separators=(",", ":"))
 
 
 def _effective(host: Host, limits: dict[str, Any]) -> dict[str, Any]:
