@@ -82,7 +82,12 @@ def test_no_import_cycles() -> None:
                           "spearpy.driver", "spearpy.testing")),
     ("spearpy.observe", ("wasmtime", "spearpy.instance", "spearpy.hostcalls",
                          "spearpy.driver", "click")),
-    ("spearpy.serve", ("spearpy.chat.loop", "spearpy.driver", "spearpy.hostcalls")),
+    ("spearpy.serve", ("spearpy.chat.loop", "spearpy.driver", "spearpy.hostcalls",
+                       "spearpy.batch")),
+    # The entry points share spearpy.executors, never each other's internals;
+    # the executors serve every entry point and know none of them.
+    ("spearpy.batch", ("spearpy.serve", "spearpy.cli")),
+    ("spearpy.executors", ("spearpy.batch", "spearpy.serve", "spearpy.cli")),
     # What every HTTP surface shares sits below them all: `mcp serve` reaches
     # it without reaching into `spearpy serve`.
     ("spearpy.mcp", ("spearpy.serve", "spearpy.cli")),

@@ -25,7 +25,7 @@ HANG_GUARD_S = 300
 
 # Loaded on first use only: the HTTP client and its retries (first send),
 # jsonschema (first tool with parameters), structlog and rich (first log line,
-# a terminal live view or progress bar), metrics, spans, Ray, batch executors;
+# a terminal live view or progress bar), metrics, spans, Ray, batch, executors;
 # the user-stream, mic and rtasr hostcalls (their first call), and the TOML
 # parser and MCP config reader (a config file).
 NOT_AT_START = ("httpx", "httpcore", "tenacity", "jsonschema", "referencing", "structlog",
@@ -35,7 +35,7 @@ NOT_AT_START = ("httpx", "httpcore", "tenacity", "jsonschema", "referencing", "s
                 "numpy", "soxr", "websockets", "spearpy.audio.select",
                 "spearpy.hostcalls.streams", "spearpy.hostcalls.mic", "spearpy.hostcalls.rtasr",
                 "spearpy.streams", "spearpy.asr", "spearpy.fds.mic", "spearpy.fds.rtasr",
-                "tomllib", "spearpy.mcp.config_tables")
+                "tomllib", "spearpy.mcp.config_tables", "spearpy.executors")
 
 _REPORT = """
 import json, sys

@@ -6,8 +6,7 @@
 
 See docs/embedding.md for the file formats.
 
-Names are imported on first use: a worker process (`python -m
-spearpy.batch.worker`) needs only jobs and spec, not the executors.
+Names are imported on first use: `spearpy run` imports none of this.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from spearpy._lazy import lazy_names
 
 if TYPE_CHECKING:
     from spearpy.batch.dispatch import DEFAULT_MAX_ATTEMPTS
+    from spearpy.batch.executors import ProcessExecutor, RayExecutor, ThreadExecutor
     from spearpy.batch.jobs import (
         WORKER_LOST,
         BatchError,
@@ -26,16 +26,13 @@ if TYPE_CHECKING:
         WorkerError,
         read_inputs,
     )
-    from spearpy.batch.local import ThreadExecutor
-    from spearpy.batch.procs import ProcessExecutor
-    from spearpy.batch.ray_exec import RayExecutor
     from spearpy.batch.runner import BatchSummary, Executor, default_layout, run_batch
     from spearpy.batch.spec import WorkerSpec
 
 _WHERE = {
     "DEFAULT_MAX_ATTEMPTS": "dispatch", "WORKER_LOST": "jobs", "BatchError": "jobs",
     "BatchInput": "jobs", "RunSettings": "jobs", "WorkerError": "jobs", "read_inputs": "jobs",
-    "ThreadExecutor": "local", "ProcessExecutor": "procs", "RayExecutor": "ray_exec",
+    "ThreadExecutor": "executors", "ProcessExecutor": "executors", "RayExecutor": "executors",
     "BatchSummary": "runner", "Executor": "runner", "default_layout": "runner",
     "run_batch": "runner", "WorkerSpec": "spec",
 }

@@ -1,18 +1,35 @@
-"""Which inputs are still to run, and what happens to one whose worker died.
+"""Which inputs are still to run, handing them to an executor
+(spearpy/executors), and what happens to one whose worker died.
 
-Shared by the executors that can lose a worker (processes, Ray): an input
-that was running on a worker when it died goes back to the front of the
-queue, up to `max_attempts` runs; after that it is reported as
-`worker_lost` instead of taking down worker after worker.
+An input that was running on a worker when it died (processes, Ray) goes
+back to the front of the queue, up to `max_attempts` runs; after that it is
+reported as `worker_lost` instead of taking down worker after worker.
 """
 
 from __future__ import annotations
 
+import hashlib
+import queue
+import threading
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from spearpy.batch.jobs import WORKER_LOST, BatchInput, failure_record
+from spearpy.batch.jobs import (
+    WORKER_LOST,
+    BatchInput,
+    WorkerError,
+    failure_record,
+    record_of,
+    run_of,
+)
+from spearpy.executors.base import ExecutorError
+
+if TYPE_CHECKING:
+    from spearpy.batch.spec import WorkerSpec
+    from spearpy.executors.base import Executor
+    from spearpy.host import Host, LoadedModule
+    from spearpy.outcome import RunResult
 
 # One retry after a crash covers a worker killed from outside (OOM killer,
 # node loss); a third death on the same input says the input is the cause.
@@ -60,3 +77,58 @@ class Dispatch:
         else:
             self.retried += 1
             self._pending.appendleft((job, attempt + 1))
+
+
+# How often the driver looks up from the runs' ends to notice a stop request.
+_POLL_S = 0.1
+_End = tuple[BatchInput, int, "RunResult | None", "BaseException | None"]
+
+
+def drive(executor: Executor, spec: WorkerSpec, jobs: Sequence[BatchInput], emit: Emit,
+          stop: threading.Event, *, capacity: int, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+          local: tuple[Host, LoadedModule] | None = None) -> int:
+    """Run every job on `executor`, at most `capacity` at a time, emitting
+    each result record; `local`: the Host and module for an executor in this
+    process. Returns how many runs a dying worker lost. `stop` is every
+    run's cancel event: Ctrl-C ends the guests in flight instead of waiting
+    for them. The executor is started here and closed on the way out."""
+    dispatch = Dispatch(jobs, emit, max_attempts)
+    sha256 = hashlib.sha256(spec.wasm).hexdigest()
+    host, module = local or (None, None)
+    ends: queue.SimpleQueue[_End] = queue.SimpleQueue()
+    lost = 0
+
+    def submit(job: BatchInput, attempt: int) -> None:
+        def on_end(result: RunResult | None, error: BaseException | None) -> None:
+            ends.put((job, attempt, result, error))
+
+        executor.submit(run_of(job, attempt, spec.settings, spec.name, sha256), spec.wasm,
+                        host, module, stop, None, on_end)
+
+    try:
+        executor.start()
+        while not dispatch.idle and not stop.is_set():
+            while dispatch.running < capacity and (taken := dispatch.take()) is not None:
+                submit(*taken)
+            try:
+                job, attempt, result, error = ends.get(timeout=_POLL_S)
+            except queue.Empty:
+                if executor.failure is not None:
+                    raise executor.failure from None
+                continue
+            if result is not None and result.outcome == WORKER_LOST:
+                lost += 1
+                dispatch.lost(job, attempt, result.message)
+            else:
+                dispatch.finished(record_of(job, attempt, result, error,
+                                            transcripts=spec.transcripts,
+                                            events=spec.settings.events))
+    except ExecutorError as exc:
+        stop.set()  # the runs in flight end with the executor
+        raise WorkerError(f"batch workers cannot run: {exc}") from exc
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        executor.close()
+    return lost

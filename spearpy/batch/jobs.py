@@ -15,21 +15,20 @@ import base64
 import binascii
 import json
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spearpy import _json
 from spearpy.errors import SpearpyError
+from spearpy.executors.base import WORKER_LOST as WORKER_LOST  # the outcome, for batch callers
+from spearpy.executors.base import RunJob
 from spearpy.outcome import exit_code_for
 
 if TYPE_CHECKING:
-    from spearpy.host import Host, LoadedModule
     from spearpy.outcome import RunResult
 
 _INPUT_KEYS = frozenset({"id", "argv", "stdin", "stdin_b64", "env"})
-WORKER_LOST = "worker_lost"
 
 
 class BatchError(SpearpyError):
@@ -174,21 +173,23 @@ def failure_record(job: BatchInput, outcome: str, message: str, attempts: int) -
             "stderr": None, "usage": {}, "elapsed_ms": 0.0, "attempts": attempts}
 
 
-def run_job(host: Host, module: LoadedModule, job: BatchInput, *, attempt: int,
-            cancel: threading.Event | None, transcripts: bool = False,
-            settings: RunSettings | None = None) -> dict[str, Any]:
-    """Run one input to a result record. Never raises for a guest's or the
-    host's failure: the batch goes on and the record says what happened."""
-    settings = settings or RunSettings()
-    env = {**settings.env, **job.env}
-    try:
-        result = host.run(module, list(job.argv), env=env or None, stdin=job.stdin,
-                          dirs=list(settings.dirs), invoke=settings.invoke,
-                          capture_output=True, cancel=cancel, collect_events=settings.events)
-    except Exception as exc:
-        return failure_record(job, "host_error", f"{type(exc).__name__}: {exc}", attempt)
+def run_of(job: BatchInput, attempt: int, settings: RunSettings, name: str,
+           sha256: str) -> RunJob:
+    """The run of one input, for the executor (spearpy/executors)."""
+    return RunJob(key=f"{job.index}/{attempt}", module=name, sha256=sha256,
+                  args=list(job.argv), env={**settings.env, **job.env}, stdin=job.stdin,
+                  dirs=settings.dirs, invoke=settings.invoke, collect_events=settings.events)
+
+
+def record_of(job: BatchInput, attempt: int, result: RunResult | None,
+              error: BaseException | None, *, transcripts: bool = False,
+              events: bool = False) -> dict[str, Any]:
+    """An input's result line from how its run ended. A guest's or the host's
+    failure is a record like any other: the batch goes on."""
+    if result is None:
+        return failure_record(job, "host_error", f"{type(error).__name__}: {error}", attempt)
     record = result_record(job, result, attempt, transcripts)
-    if settings.events:
+    if events:
         # The run id names its transcript files and events.
         record["run_id"] = result.run_id
         record[EVENTS_KEY] = result.events

@@ -1,5 +1,5 @@
-"""What every batch worker needs to become a warm Host: picklable, so it can
-travel to worker processes and Ray actors."""
+"""What a batch runs: the module and the Host configuration its workers get,
+and what every run of it gets besides its input."""
 
 from __future__ import annotations
 
@@ -15,22 +15,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    # HostConfig as a plain dict: every field is given explicitly, so a worker
-    # whose environment differs (SPEARPY_*, OPENAI_BASE_URL) still builds the
-    # same Host. Only the API key is read from the worker's own environment.
+    # HostConfig as a plain dict, every field given: what the workers are
+    # built from (spearpy/executors/worker.py).
     config: dict[str, Any]
     # The module's bytes rather than its path: every worker runs exactly what
     # the batch started with, even on another machine.
     wasm: bytes
     name: str
-    threads: int = 1
     transcripts: bool = False
     settings: RunSettings = field(default_factory=RunSettings)
 
     @classmethod
-    def build(cls, config: HostConfig, wasm: bytes, name: str, *, threads: int = 1,
+    def build(cls, config: HostConfig, wasm: bytes, name: str, *,
               transcripts: bool = False, settings: RunSettings | None = None) -> WorkerSpec:
-        return cls(config.model_dump(), wasm, name, threads, transcripts,
+        return cls(config.model_dump(), wasm, name, transcripts,
                    settings or RunSettings())
 
     def host_config(self) -> HostConfig:

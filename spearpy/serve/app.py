@@ -20,6 +20,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, Response
 
 from spearpy.config import HostConfig
+from spearpy.executors.hosts import HostPool
 from spearpy.host import Host
 from spearpy.observe.metrics import Metrics
 from spearpy.observe.redact import Redactor
@@ -31,7 +32,7 @@ from spearpy.serve.fanout import Hub
 from spearpy.serve.modules import ModuleDir, RecentModules
 from spearpy.serve.problems import CatchAll, exception_handlers
 from spearpy.serve.routes import routes
-from spearpy.serve.runs import HostPool, RunManager
+from spearpy.serve.runs import RunManager
 from spearpy.serve.security import OPEN_PATHS, QUERY_TOKEN_PATHS, BodyCap
 from spearpy.serve.store import RunStore
 from spearpy.serve.streams import ServeStreams, StreamingRunManager

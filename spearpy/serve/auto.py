@@ -16,7 +16,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from spearpy.serve.executors import Executor, OnEnd, RunJob, ThreadRuns
+from spearpy.executors.base import ExecutorError, OnEnd, RunJob
+from spearpy.serve.executors import Executor, ThreadRuns
 from spearpy.serve.procs import ProcessRuns
 
 if TYPE_CHECKING:
@@ -45,6 +46,12 @@ class AutoRuns:
         self.processes = processes
         self._needs: dict[str, bool] = {}  # module sha256 -> needs the service's process
         self._starter: threading.Thread | None = None
+        # The threads take runs whatever befalls the workers.
+        self.failure: ExecutorError | None = None
+
+    @property
+    def workers_lost(self) -> int:
+        return self.processes.workers_lost
 
     def place(self, module: LoadedModule) -> Executor:
         needs = self._needs.get(module.sha256)
@@ -65,10 +72,12 @@ class AutoRuns:
             _log.error("serve: worker processes did not start (%s); every run stays on "
                        "the service's threads", exc)
 
-    def submit(self, job: RunJob, wasm: bytes, host: Host, module: LoadedModule,
-               cancel: threading.Event, on_event: EventSink, on_end: OnEnd) -> None:
+    def submit(self, job: RunJob, wasm: bytes, host: Host | None, module: LoadedModule | None,
+               cancel: threading.Event, on_event: EventSink | None, on_end: OnEnd) -> None:
         # RunManager submits to what `place` returned; this is for callers
         # that hand the auto executor a run directly.
+        if module is None:
+            raise ValueError("the auto executor places runs by their loaded module")
         self.place(module).submit(job, wasm, host, module, cancel, on_event, on_end)
 
     def cancel(self, key: str) -> None:

@@ -20,13 +20,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from spearpy.executors.base import RunJob
+from spearpy.executors.hosts import HostPool
 from spearpy.host import Host, LoadedModule
 from spearpy.instance import RUN_LIMITS
 from spearpy.observe.events import RUN_END, Event, FanOut
 from spearpy.outcome import RunResult, exit_code_for
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
-from spearpy.serve.executors import Executor, RunJob, ThreadRuns
+from spearpy.serve.executors import Executor, ThreadRuns
 from spearpy.serve.fanout import Hub
 from spearpy.serve.problems import Problem
 from spearpy.serve.schema import RunRequest
@@ -327,35 +329,3 @@ def _effective(host: Host, limits: dict[str, Any]) -> dict[str, Any]:
     merged = {name: limits.get(name, getattr(host.config, name)) for name in sorted(RUN_LIMITS)}
     return {name: value for name, value in merged.items() if value is not None}
 
-
-class HostPool:
-    """The operator's Host, and one more per model/backend a request may pick
-    (a Host's default model and backend are its configuration)."""
-
-    def __init__(self, host: Host, owned: bool) -> None:
-        self._base = host
-        self._owned = owned
-        self._lock = threading.Lock()
-        self._hosts: dict[tuple[str | None, str | None], Host] = {(None, None): host}
-
-    @property
-    def base(self) -> Host:
-        return self._base
-
-    def get(self, model: str | None, backend: str | None) -> Host:
-        key = (model, backend)
-        with self._lock:
-            host = self._hosts.get(key)
-            if host is None:
-                update = {k: v for k, v in (("model", model), ("backend", backend)) if v}
-                # From the configuration (backends, MCP registry): objects an
-                # embedder attached to the base Host are not copied.
-                host = self._hosts[key] = Host(self._base.config.model_copy(update=update))
-            return host
-
-    def close(self, grace: float) -> None:
-        with self._lock:
-            hosts = list(self._hosts.values())
-        for host in hosts:
-            if host is not self._base or self._owned:
-                host.close(grace)

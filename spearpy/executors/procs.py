@@ -1,0 +1,295 @@
+"""Runs on worker processes, each with its own Hosts (and GIL), a few runs
+at a time on its threads.
+
+Per worker, one thread sends it work (a pipe write never blocks the caller,
+even while the worker is still starting) and one reads what it sends back:
+events as they happen, then each run's end. A worker that dies (OOM killer,
+a crash in native code, SIGKILL) ends each of its runs as `worker_lost` with
+a message naming its pid and how it died, and is replaced; nobody waits for
+it. Workers are fresh interpreters (worker.py): the parent runs threads
+(epoch ticker, HTTP pools) that `fork` would copy mid-use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
+
+if TYPE_CHECKING:
+    from spearpy.config import HostConfig
+    from spearpy.host import Host, LoadedModule
+    from spearpy.observe.events import EventSink
+
+# A worker still alive this long after being told to stop is killed.
+_STOP_GRACE_S = 10.0
+_READY_TIMEOUT_S = 120.0
+# Replacements dying before they are ready this many times in a row means
+# workers cannot start any more (the module's config broke, no memory left):
+# the executor fails instead of starting workers forever.
+_MAX_START_FAILURES = 3
+_log = logging.getLogger("spearpy.executors")
+
+
+@dataclass(eq=False)
+class _Run:
+    on_event: EventSink | None
+    on_end: OnEnd
+
+
+@dataclass(eq=False)
+class _Worker:
+    process: subprocess.Popen[bytes]
+    tasks: Connection
+    results: Connection
+    outbox: queue.SimpleQueue[tuple[Any, ...] | None] = field(
+        default_factory=queue.SimpleQueue)
+    runs: dict[str, _Run] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)  # sha256 of the modules it was sent
+    ready: threading.Event = field(default_factory=threading.Event)
+    fatal: str | None = None  # why it could not start, as it said
+    dead: bool = False
+
+
+class ProcessRuns:
+    name = "processes"
+
+    def __init__(self, config: HostConfig, max_concurrent: int,
+                 workers: int | None = None) -> None:
+        if max_concurrent < 1 or (workers is not None and workers < 1):
+            raise ValueError("max_concurrent and workers must be at least 1")
+        self.workers = workers or max(1, min(os.cpu_count() or 1, max_concurrent))
+        self.threads = -(-max_concurrent // self.workers)
+        self._spec = pickle.dumps((config.model_dump(), self.threads))
+        self._spec_file: Any = None
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._started = False
+        self._closing = False
+        self._start_failures = 0
+        self.workers_started = 0
+        self.workers_lost = 0
+        self.disk_cache_hits = 0  # modules a worker found compiled in the disk cache
+        self.failure: ExecutorError | None = None
+
+    def worker_pids(self, busy: bool = False) -> list[int]:
+        """The live workers' pids (`busy`: only those running a run), for
+        monitoring and for tests that kill them."""
+        with self._lock:
+            return [w.process.pid for w in self._workers
+                    if not w.dead and (w.runs or not busy)]
+
+    def ready(self) -> bool:
+        """Whether a worker has started and can take a run now."""
+        with self._lock:
+            return any(w.ready.is_set() and not w.dead for w in self._workers)
+
+    def start(self) -> None:
+        # The spec in a file without a name: a worker reads it when it is
+        # ready to (a pipe would hold the writer until then), and a SIGKILLed
+        # parent leaves nothing in the temp directory. Open for the
+        # executor's life: a replacement worker reads it too.
+        self._spec_file = tempfile.TemporaryFile(prefix="spearpy-worker-")  # noqa: SIM115
+        self._spec_file.write(self._spec)
+        self._spec_file.flush()
+        started = [self._spawn() for _ in range(self.workers)]
+        for worker in started:
+            if not worker.ready.wait(_READY_TIMEOUT_S) or worker.dead:
+                why = worker.fatal or "see its stderr"
+                raise ExecutorError(f"a worker process did not start ({why})")
+        self._started = True
+
+    def submit(self, job: RunJob, wasm: bytes, host: Host | None, module: LoadedModule | None,
+               cancel: threading.Event, on_event: EventSink | None, on_end: OnEnd) -> None:
+        with self._lock:
+            live = [w for w in self._workers if not w.dead]
+            if not live or self._closing:
+                worker = None
+            else:
+                worker = min(live, key=lambda w: (not w.ready.is_set(), len(w.runs)))
+                worker.runs[job.key] = _Run(on_event, on_end)
+                sent = job.sha256 in worker.modules
+                worker.modules.add(job.sha256)
+        if worker is None:
+            on_end(worker_lost("no worker process is running"), None)
+            return
+        worker.outbox.put(("run", job, None if sent else wasm, on_event is not None))
+        if cancel.is_set():
+            self.cancel(job.key)
+
+    def cancel(self, key: str) -> None:
+        with self._lock:
+            for worker in self._workers:
+                if key in worker.runs:
+                    worker.outbox.put(("cancel", key))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            workers = list(self._workers)
+        for worker in workers:
+            worker.outbox.put(("stop",))
+            worker.outbox.put(None)
+        for worker in workers:
+            reap(worker.process, _STOP_GRACE_S)
+        if self._spec_file is not None:
+            self._spec_file.close()
+            self._spec_file = None
+
+    # ---- internals ---------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        process, tasks, results = spawn_worker("spearpy.executors.worker",
+                                               self._spec_file.fileno())
+        worker = _Worker(process, tasks, results)
+        with self._lock:
+            self._workers.append(worker)
+            self.workers_started += 1
+        for target, name in ((self._send_loop, "send"), (self._read_loop, "read")):
+            threading.Thread(target=target, args=(worker,), daemon=True,
+                             name=f"spearpy-worker-{process.pid}-{name}").start()
+        return worker
+
+    def _send_loop(self, worker: _Worker) -> None:
+        while True:
+            message = worker.outbox.get()
+            if message is None:
+                break
+            try:
+                worker.tasks.send(message)
+            except OSError:
+                break  # it died: the read loop ends its runs
+        worker.tasks.close()
+
+    def _read_loop(self, worker: _Worker) -> None:
+        try:
+            while True:
+                message = worker.results.recv()
+                try:
+                    self._handle(worker, message)
+                except Exception:  # the caller's side failed: the worker is fine
+                    _log.exception("handling a worker's message failed")
+        except (EOFError, OSError):
+            pass  # it exited (or was killed)
+        finally:
+            worker.results.close()
+            self._bury(worker)
+
+    def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "event":
+            run = worker.runs.get(message[1])
+            if run is not None and run.on_event is not None:
+                run.on_event(message[2])
+        elif kind == "end":
+            with self._lock:
+                run = worker.runs.pop(message[1], None)
+            if run is not None:
+                error = RuntimeError(message[3]) if message[3] is not None else None
+                run.on_end(message[2], error)
+        elif kind == "loaded":
+            with self._lock:
+                self.disk_cache_hits += bool(message[2])
+        elif kind == "ready":
+            with self._lock:
+                self._start_failures = 0
+            worker.ready.set()
+        elif kind == "fatal":
+            worker.fatal = message[1]
+            _log.error("a worker process could not start: %s", message[1])
+
+    def _bury(self, worker: _Worker) -> None:
+        """After the worker's pipe closed: replace it, then end its runs
+        (their caller may submit them again: the replacement takes them)."""
+        with self._lock:
+            worker.dead = True  # before the reap: no new run goes to it meanwhile
+        code = reap(worker.process, _STOP_GRACE_S)
+        worker.outbox.put(None)
+        with self._lock:
+            self._workers.remove(worker)
+            runs, worker.runs = worker.runs, {}
+            if not worker.ready.is_set():
+                self._start_failures += 1
+            replace = self._started and not self._closing and self.failure is None
+            if replace and self._start_failures >= _MAX_START_FAILURES:
+                replace = False
+                self.failure = ExecutorError(
+                    f"worker processes exit before they are ready ({_died(code)}"
+                    f"{': ' + worker.fatal if worker.fatal else ''})")
+            if runs or replace:
+                self.workers_lost += 1
+        worker.ready.set()  # start() waits on it: it is over either way
+        if replace:
+            try:
+                self._spawn()
+            except OSError:
+                _log.exception("a worker process could not be replaced")
+        why = (f"the worker process (pid {worker.process.pid}) running this run "
+               f"{_died(code)} before the run ended")
+        for run in runs.values():
+            try:
+                run.on_end(worker_lost(why), None)
+            except Exception:
+                _log.exception("ending a lost worker's run failed")
+
+
+def _died(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def spawn_worker(module: str, spec_fd: int
+                 ) -> tuple[subprocess.Popen[bytes], Connection, Connection]:
+    """`python -m MODULE SPEC_FD TASK_FD RESULT_FD`: the process, the pipe to
+    send it tasks and the pipe it answers on."""
+    task_r, task_w = os.pipe()
+    result_r, result_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, str(spec_fd), str(task_r), str(result_w)],
+            pass_fds=(spec_fd, task_r, result_w), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, env=_worker_env())
+    except BaseException:
+        for fd in (task_r, task_w, result_r, result_w):
+            os.close(fd)
+        raise
+    # The child holds its own ends: closing ours lets each side see EOF
+    # when the other goes away.
+    os.close(task_r)
+    os.close(result_w)
+    return process, Connection(task_w, readable=False), Connection(result_r, writable=False)
+
+
+def reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
+    """Wait for a worker to exit, killing it after `grace` seconds."""
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def _worker_env() -> dict[str, str]:
+    """This environment, with spearpy importable even when the embedder put
+    it on sys.path by hand rather than installing it."""
+    import spearpy
+
+    root = str(Path(spearpy.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
