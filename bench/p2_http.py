@@ -26,9 +26,9 @@ from bench.stats import Row, Series, Target, interleaved
 from bench.upstream import ServerProcess, install_backend, tool_script
 from spearpy import _native
 from spearpy.backends.openai import OpenAIBackend
-from spearpy.backends.retry import RetryPolicy
 from spearpy.backends.wire import Wire
 from spearpy.host import Host
+from spearpy.retry import RetryPolicy
 from spearpy.testing import ScriptedServer
 
 TOOL_ITERATIONS = 5  # completions per send = TOOL_ITERATIONS + 1

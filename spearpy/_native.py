@@ -16,7 +16,7 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from wasmtime import _ffi as ffi
 
@@ -25,7 +25,16 @@ from spearpy.errors import GuestCallError, HostInterrupt
 if TYPE_CHECKING:
     import wasmtime
 
-    from spearpy.instance import GuestRun
+    from spearpy.interrupts import Interrupts
+
+
+class CurrentRun(Protocol):
+    """What the trampolines need of the run on this thread (a RunContext)."""
+
+    @property
+    def interrupts(self) -> Interrupts: ...
+
+    def note_host_bug(self, where: str, exc: BaseException) -> None: ...
 
 I32: Final = "i32"
 I64: Final = "i64"
@@ -75,9 +84,9 @@ _KEEP_ALIVE: list[object] = []
 _current = threading.local()
 
 
-def enter_run(run: GuestRun | None) -> GuestRun | None:
+def enter_run(run: CurrentRun | None) -> CurrentRun | None:
     """Make `run` current on this thread, returning the previous one."""
-    previous: GuestRun | None = getattr(_current, "run", None)
+    previous: CurrentRun | None = getattr(_current, "run", None)
     _current.run = run
     return previous
 
@@ -104,7 +113,7 @@ def _make_callback(
 ) -> Any:
     """Build the C callback for one hostcall.
 
-    The Python function receives the current GuestRun and the i32 params and
+    The Python function receives the current run (a RunContext) and the i32 params and
     returns the result. A HostInterrupt ends the guest with a trap; any other
     exception is a host bug: it is reported on the run and the guest gets
     `on_error` (EIO) instead of a crash.
@@ -117,7 +126,7 @@ def _make_callback(
 
     def callback(_env: int | None, _caller: int | None, raw: int, _n: int) -> int:
         try:
-            run: GuestRun = _current.run
+            run: CurrentRun = _current.run
             try:
                 value = fn(run, *unpack(space, raw - 1)) if nparams else fn(run)
             except HostInterrupt as interrupt:
@@ -306,7 +315,7 @@ def _on_epoch_deadline(_ctx: Any, _env: Any, delta: Any, kind: Any) -> int:
     wasm code cannot be interrupted from another thread any other way.
     """
     try:
-        run: GuestRun | None = getattr(_current, "run", None)
+        run: CurrentRun | None = getattr(_current, "run", None)
         reason = run.interrupts.reason() if run is not None else None
         if reason is None:
             delta[0] = 1
@@ -332,7 +341,7 @@ def _escaped(where: str, exc: BaseException) -> str:
     (for the epoch callback, an uninitialised deadline update), which crashed
     the process."""
     with contextlib.suppress(BaseException):
-        run: GuestRun | None = getattr(_current, "run", None)
+        run: CurrentRun | None = getattr(_current, "run", None)
         if run is not None:
             run.note_host_bug(where, exc)
     return f"spearpy host error in {where}: {type(exc).__name__}"

@@ -19,7 +19,7 @@ from spearpy.errors import GuestCallError
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 # A tool that keeps answering -28 with a new size is either buggy or hostile;
 # three growths cover every honest "measure, then write" tool.
@@ -36,7 +36,7 @@ class _NoRoom(Exception):
     pass
 
 
-def _allocated_buffers(run: GuestRun, nargs: int,
+def _allocated_buffers(run: RunContext, nargs: int,
                        capacity: int) -> tuple[int, int, int, int, int]:
     """(args_ptr, out_ptr, capacity, len_ptr, size) in a block from spear_alloc
     (the block starts at args_ptr) for `nargs` bytes of arguments."""
@@ -52,7 +52,7 @@ def _allocated_buffers(run: GuestRun, nargs: int,
     return block, block + args_size, capacity, block + args_size + _align8(capacity), size
 
 
-def _release(run: GuestRun, block: int, size: int) -> None:
+def _release(run: RunContext, block: int, size: int) -> None:
     if run.allocator is not None:
         # A trapping free leaks guest memory, nothing of the host's.
         with contextlib.suppress(GuestCallError):
@@ -72,7 +72,7 @@ class GuestTools:
     kind = "guest"
     __slots__ = ("_arena", "_budget", "_run")
 
-    def __init__(self, run: GuestRun) -> None:
+    def __init__(self, run: RunContext) -> None:
         self._run = run
         # The arena of the send whose budget came last. A session's params
         # cannot change while it sends (the hostcalls refuse), so it is read
@@ -199,7 +199,7 @@ class GuestTools:
                 stops.disarm_tool()
 
 
-def call_tool(run: GuestRun, fn_offset: int, arguments: str, max_output: int,
+def call_tool(run: RunContext, fn_offset: int, arguments: str, max_output: int,
               arena: tuple[int, int] | None) -> ToolOutcome:
     """GuestTools.call with its output cap and arena given, not read from a budget."""
     source, budget = GuestTools(run), CallBudget(max_output)

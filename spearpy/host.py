@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,11 +21,12 @@ from spearpy import wasi_runtime
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
 from spearpy.config_file import read_config_file
+from spearpy.context import GuestLogSink, RunOptions, RunServices, SendHook
 from spearpy.embed import RunHandle, start_run
 from spearpy.engine import EpochTicker, engine_config
 from spearpy.errors import ConfigError, ModuleLoadError
 from spearpy.hostcalls import define_spear_imports
-from spearpy.instance import GuestLogSink, GuestRun, RunOptions, SendHook
+from spearpy.instance import GuestRun
 from spearpy.modcache import ModuleCache
 from spearpy.modload import LoadedModule, carry_over, compile_module, link
 from spearpy.observe.events import Event, EventSink
@@ -84,6 +84,10 @@ class Host:
             python_tools=python_tools, mcp_dirs=[*file_dirs, *config.mcp_dirs],
             mcp_servers=[*file_servers, *mcp_servers],
             secrets=[os.environ.get(name, "") for name in self.key_envs()])
+        # What a run uses of this Host: handed down, so nothing below reaches it.
+        self.services = RunServices(backend_for=self.backend_for, tools=self.tools,
+                                    limit_policy=self.limit_policy, key_envs=self.key_envs,
+                                    routes_of=self._routes_of)
         self._closed = False
         self._active: set[GuestRun] = set()  # runs in progress: close() cancels them
         self._ticker = EpochTicker(self.engine, self._active)
@@ -249,7 +253,7 @@ class Host:
             task_policy({**self._task_params, **task_params}),
             send_hook=send_hook, streams=streams,
         )
-        run = GuestRun(self, loaded, options)
+        run = GuestRun(self.engine, self.config, loaded, options, self.services)
         with self.in_progress(run):
             result = run.execute()
         if collect_events:
@@ -288,17 +292,6 @@ class Host:
         wait on the model and must not queue behind each other. Cancelling
         the awaiting task cancels the guest."""
         return await self.start(module, argv, **kwargs).wait()
-
-    def transcript_of(self, run: GuestRun, session: ChatSession) -> dict[str, Any]:
-        return {
-            "run_id": run.run_id,
-            "session_fd": session.fd,
-            "closed_at": time.time(),
-            "params": {k: v for k, v in session.params.items()},
-            "tools": session.registry.specs() or [],
-            "messages": list(session.messages),
-            **({"routes": routes} if (routes := self._routes_of(session)) else {}),
-        }
 
     def _routes_of(self, session: ChatSession) -> list[dict[str, Any]]:
         return self._router.records(session) if self._router is not None else []

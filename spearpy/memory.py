@@ -56,11 +56,12 @@ class GuestMemory:
 
     __slots__ = ("_bytes", "_ctx", "_known", "_mem", "_memory", "_store", "_view")
 
-    def __init__(self, store: wasmtime.Store, memory: wasmtime.Memory | None) -> None:
+    def __init__(self, store: wasmtime.Store | None, memory: wasmtime.Memory | None) -> None:
         # The references keep the addresses below valid.
         self._store = store
         self._memory = memory
-        self._ctx, self._mem = memory_handles(store, memory) if memory is not None else (0, 0)
+        self._ctx, self._mem = (memory_handles(store, memory)
+                                if store is not None and memory is not None else (0, 0))
         self._known = 0  # bytes the memory is known to have (it only grows)
         self._view: memoryview | None = None
         # The same window as a ctypes array: slicing it is the cheapest read

@@ -10,8 +10,8 @@ from typing import Any
 import wasmtime
 
 from spearpy import abi
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.testing.instance import LiveInstance
 
 WAT_DIR = Path(__file__).parent / "wat"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from spearpy import abi
-from spearpy.instance import RunOptions
+from spearpy.context import RunOptions
 from tests.mic_support import needs_espeak
 from tests.probe import Probe, wat_module
 

@@ -28,7 +28,7 @@ import pytest
 
 from spearpy import abi
 from spearpy.audio.budget import EDQUOT
-from spearpy.instance import RunOptions
+from spearpy.context import RunOptions
 from spearpy.observe.events import LIMIT_HIT, RUN_START, Event
 from spearpy.outcome import Outcome
 from spearpy.testing import ScriptedAsrServer

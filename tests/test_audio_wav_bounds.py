@@ -26,7 +26,7 @@ import pytest
 
 from spearpy import abi
 from spearpy.audio import wavheader
-from spearpy.instance import RunOptions
+from spearpy.context import RunOptions
 from spearpy.observe.events import AUDIO_CLOSE, Event
 from tests.probe import Probe, wat_module
 from tests.wav_attack import LIMIT

@@ -16,8 +16,8 @@ from spearpy.backends.anthropic import (
 )
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import DecodeError
-from spearpy.backends.retry import RetryPolicy
 from spearpy.chat.session import tool_error_content
+from spearpy.retry import RetryPolicy
 from tests.probe import Probe, tool_schema, wat_module
 from tests.test_backends_kit import dialect_server, hosts, write_config
 

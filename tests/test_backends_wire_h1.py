@@ -25,8 +25,8 @@ import pytest
 
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.openai import OpenAIBackend
-from spearpy.backends.retry import RetryPolicy
 from spearpy.backends.wire import Wire
+from spearpy.retry import RetryPolicy
 
 BODY = json.dumps({"id": "r", "object": "chat.completion", "model": "m", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "hello ü"},

@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
+from spearpy.context import TRANSCRIPT_BYTES
 from spearpy.fds import ChatResponseFd, ChatSessionFd, EpollFd
 from spearpy.host import Host
-from spearpy.instance import TOOL_FUNC_BYTES, TRANSCRIPT_BYTES
+from spearpy.instance import TOOL_FUNC_BYTES
 from tests.probe import Probe, wat_module
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,9 +30,9 @@ import wasmtime
 
 from spearpy import abi
 from spearpy.capture import MAX_CAPTURE_BYTES
+from spearpy.context import RunOptions
 from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 from tests.test_hostile_upstream import assert_valid_transcript

@@ -24,14 +24,14 @@ from hypothesis import strategies as st
 
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.openai import OpenAIBackend
-from spearpy.backends.retry import (
+from spearpy.chat.protocol import CompletionResult
+from spearpy.retry import (
     MAX_RETRY_AFTER,
     RetryPolicy,
     backoff_delay,
     retry_after_seconds,
     status_is_retryable,
 )
-from spearpy.chat.protocol import CompletionResult
 from spearpy.testing import ScriptedServer
 
 HANG_GUARD_S = 60.0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import wasmtime
 
-from spearpy import abi, instance
+from spearpy import abi, context
 from spearpy.fds import ChatSessionFd
 from spearpy.host import Host
 from spearpy.instance import GuestRun
@@ -299,5 +299,5 @@ def test_a_repeated_host_bug_is_logged_a_few_times_not_flooded(make_host: Any) -
                 LOG_HOST_BUG(p.run, "spear.log", RuntimeError("boom"))
     finally:
         p.close()
-    assert len(lines) == instance.MAX_LOGGED_HOST_BUGS
+    assert len(lines) == context.MAX_LOGGED_HOST_BUGS
     assert p.run._host_bugs == 200

@@ -19,8 +19,8 @@ import pytest
 from spearpy import abi
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.openai import OpenAIBackend
-from spearpy.backends.retry import RetryPolicy
 from spearpy.fds import ChatSessionFd
+from spearpy.retry import RetryPolicy
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, tool_schema, wat_module
 

@@ -21,7 +21,7 @@ import wasmtime
 
 from spearpy import abi
 from spearpy.backends.streaming import SSEDecoder
-from spearpy.instance import RunOptions
+from spearpy.context import RunOptions
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, wat_module
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from spearpy.mcp.cli import mcp
+from spearpy.cli.mcp_cmd import mcp
 
 TOOLBOX = str(Path(__file__).parent / "mcp_servers" / "toolbox.py")
 
@@ -126,7 +126,7 @@ def test_call_refuses_what_the_record_does_not_allow(registry: Path) -> None:
 
 def test_the_group_runs_as_a_process_with_logs_off_stdout(registry: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", "from spearpy.mcp.cli import mcp; mcp()", "--log-level", "info",
+        [sys.executable, "-c", "from spearpy.cli.mcp_cmd import mcp; mcp()", "--log-level", "info",
          "list", "--mcp-dir", str(registry), "--probe", "--json"],
         capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)  # stdout holds the document and nothing else

@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from spearpy import abi
+from spearpy.cli.mcp_cmd import mcp
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.mcp import McpManager, load_registry
-from spearpy.mcp.cli import mcp
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.testing import ScriptedServer
 from spearpy.testing.instance import LiveInstance

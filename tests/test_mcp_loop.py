@@ -14,8 +14,8 @@ import pytest
 
 from spearpy import abi
 from spearpy.backends.scripted.script import Script
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.observe import events as ev
 from spearpy.observe.events import Event

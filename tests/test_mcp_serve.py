@@ -38,7 +38,7 @@ from spearpy.observe import events as ev
 ROOT = Path(__file__).resolve().parent.parent
 MULTI = ROOT / "wasm-samples" / "c_multi_tool.wasm"
 MULTI_SCRIPT = ROOT / "wasm-samples" / "scripts" / "multi_tool.json"
-SERVE = [sys.executable, "-m", "spearpy.mcp.cli", "serve"]
+SERVE = [sys.executable, "-m", "spearpy.cli.mcp_cmd", "serve"]
 
 
 def _wat_string(text: str) -> str:

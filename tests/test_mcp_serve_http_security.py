@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI = ROOT / "wasm-samples" / "c_multi_tool.wasm"
-SERVE = [sys.executable, "-m", "spearpy.mcp.cli", "serve"]
+SERVE = [sys.executable, "-m", "spearpy.cli.mcp_cmd", "serve"]
 TOKEN = "mcp-serve-token-3b9d0c7e51"
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.backends.routing.spec import AliasSpec, parse_alias_flag
-from spearpy.backends.routing_cli import routes
 from spearpy.backends.specs import load_config
+from spearpy.cli.routes_cmd import routes
 from spearpy.config import HostConfig
 from spearpy.errors import ConfigError
 from spearpy.host import Host

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from spearpy import abi
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.observe.events import Event
 from spearpy.testing.instance import LiveInstance
 from tests.probe import Probe, tool_schema, wat_module

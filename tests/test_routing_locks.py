@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from spearpy.backends.routing.overlap import could_overlap, lock_warnings
 from spearpy.backends.routing.spec import MatchSpec, RouteSpec
-from spearpy.backends.routing_cli import routes
+from spearpy.cli.routes_cmd import routes
 from spearpy.host import Host
 from tests.test_routing_kit import content, guests, routing_config
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spearpy import abi
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.observe.events import Event
 from spearpy.observe.scrub import REDACTED, SecretScrubber
 from spearpy.testing import ScriptedServer

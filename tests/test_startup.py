@@ -7,7 +7,6 @@ everything already.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -81,22 +80,6 @@ def test_run_of_a_guest_that_never_sends_loads_no_optional_stack(tmp_path: Path)
     assert "hello from C: ok" in done.stdout  # the guest really ran
     assert "exited, exit code 0" in done.stderr  # and the live view reported it
     assert data["loaded"] == []
-
-
-def test_deferred_hostcall_tables_match_their_modules() -> None:
-    # spearpy.hostcalls names these families' hostcalls and arities without
-    # importing them; the modules' own tables must say the same.
-    from spearpy.hostcalls import _DEFERRED, HOSTCALLS
-
-    tables = {"spearpy.hostcalls.streams": "STREAM_HOSTCALLS",
-              "spearpy.hostcalls.mic": "MIC_HOSTCALLS",
-              "spearpy.hostcalls.rtasr": "RTASR_HOSTCALLS"}
-    assert set(_DEFERRED) == set(tables)
-    for module, table in tables.items():
-        real = getattr(importlib.import_module(module), table)
-        assert {name: n for name, (n, _fn) in real.items()} == _DEFERRED[module], module
-        for name in real:
-            assert len(HOSTCALLS[name][0]) == real[name][0], name
 
 
 def test_config_defaults_come_from_no_builtin_factory() -> None:

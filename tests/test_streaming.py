@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from spearpy import abi
 from spearpy.backends.scripted.streamed import anthropic_events, openai_events
 from spearpy.backends.streaming import AnthropicStream, OpenAIStream, SSEDecoder
+from spearpy.context import RunOptions
 from spearpy.host import Host
-from spearpy.instance import RunOptions
 from spearpy.observe import events as ev
 from spearpy.observe.events import Event
 from spearpy.testing import ScriptedServer

@@ -14,7 +14,7 @@ import pytest
 import wasmtime
 
 from spearpy import abi
-from spearpy.instance import RunOptions
+from spearpy.context import RunOptions
 from spearpy.observe.events import Event
 from spearpy.streams import StreamHub, StreamLimits, ssf
 from spearpy.streams.limits import ENOTCONN, EPIPE

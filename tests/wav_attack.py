@@ -55,8 +55,8 @@ def main(name: str, mount: str) -> None:
 
     import spearpy.audio.select  # noqa: F401  (numpy and soxr: the mic's imports)
     from spearpy import abi
+    from spearpy.context import RunOptions
     from spearpy.host import Host
-    from spearpy.instance import RunOptions
     from tests.probe import Probe, wat_module
 
     host = Host(cache_dir=None, model="m", base_url="http://127.0.0.1:9/v1", max_retries=0,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from spearpy.asr import protocol
 from spearpy.asr.worker import ThreadWorker
-from spearpy.backends.retry import (
+from spearpy.retry import (
     RetryPolicy,
     backoff_delay,
     retry_after_seconds,

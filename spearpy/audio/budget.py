@@ -13,11 +13,10 @@ buffer is too small" in this ABI.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 EDQUOT: Final = -122  # Linux's EDQUOT
 OVER_BUDGET: Final = EDQUOT
@@ -68,18 +67,11 @@ class AudioBudget:
         return self.max_bytes if self.exceeded == "max_audio_bytes" else self.max_seconds
 
 
-_BUDGETS: weakref.WeakKeyDictionary[GuestRun, AudioBudget] = weakref.WeakKeyDictionary()
-_BUDGETS_LOCK = threading.Lock()
-
-
-def audio_budget(run: GuestRun) -> AudioBudget:
+def audio_budget(run: RunContext) -> AudioBudget:
     """The run's budget, made on first use from its configuration (a run that
     touches no audio never has one)."""
-    budget = _BUDGETS.get(run)
-    if budget is None:
-        with _BUDGETS_LOCK:
-            budget = _BUDGETS.get(run)
-            if budget is None:
-                budget = AudioBudget(run.config.max_audio_bytes, run.config.max_audio_seconds)
-                _BUDGETS[run] = budget
-    return budget
+    return run.state(_new_budget)
+
+
+def _new_budget(run: RunContext) -> AudioBudget:
+    return AudioBudget(run.config.max_audio_bytes, run.config.max_audio_seconds)

@@ -8,9 +8,9 @@ from spearpy.backends.anthropic import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, An
 from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
 from spearpy.backends.openai import OpenAIBackend
 from spearpy.backends.quirks import QuirkProfile
-from spearpy.backends.retry import RetryPolicy
 from spearpy.backends.specs import BackendSpec, HostDefaults
 from spearpy.errors import ConfigError
+from spearpy.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig

@@ -29,12 +29,6 @@ import tenacity
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.quirks import QuirkProfile, quirk_profile
-from spearpy.backends.retry import (
-    RetryPolicy,
-    backoff_delay,
-    retry_after_seconds,
-    status_is_retryable,
-)
 from spearpy.backends.streaming import (
     DeltaGuard,
     DeltaSink,
@@ -47,6 +41,12 @@ from spearpy.chat.history import History
 from spearpy.chat.protocol import CompletionResult, JSONDict, UpstreamError
 from spearpy.errors import SpearpyError
 from spearpy.observe.scrub import SecretScrubber
+from spearpy.retry import (
+    RetryPolicy,
+    backoff_delay,
+    retry_after_seconds,
+    status_is_retryable,
+)
 
 # A chat completion is a few KiB; 32 MiB is far past any honest answer and
 # stops a hostile upstream from filling the host's memory.

@@ -24,7 +24,7 @@ from spearpy.backends.anthropic import AnthropicBackend
 from spearpy.backends.cassette import decode_body, first_difference, load, redact_url
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, TransportRefusal
 from spearpy.backends.openai import OpenAIBackend
-from spearpy.backends.retry import RetryPolicy
+from spearpy.retry import RetryPolicy
 
 REPLAY_MISMATCH = "replay_mismatch"
 log = logging.getLogger("spearpy.replay")

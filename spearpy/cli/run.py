@@ -21,7 +21,7 @@ from spearpy.outcome import exit_code_for
 from spearpy.secret_env import SecretEnvError, passed_through
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestLogSink
+    from spearpy.context import GuestLogSink
     from spearpy.streams.stdio import StdioBridge
 
 

@@ -32,7 +32,7 @@ from spearpy.observe import fields
 
 if TYPE_CHECKING:
     from spearpy.chat.session import ChatSession
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 
 
@@ -45,7 +45,7 @@ def _error_response(backend: str, model: str, code: str, message: str) -> ChatRe
     return ChatResponse(_json.compact_bytes(body), {}, True)
 
 
-def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -> None:
+def _emit_notes(run: RunContext, fd: int, notes: list[LoopNote], iteration: int) -> None:
     for note in notes:
         if isinstance(note, LimitHit):
             run.events.emit(ev.LIMIT_HIT, fd, limit=note.limit, value=note.value,
@@ -64,16 +64,16 @@ def _emit_notes(run: GuestRun, fd: int, notes: list[LoopNote], iteration: int) -
                 registered=_registered(run, fd, call.name)))
 
 
-def _registered(run: GuestRun, fd: int, name: str) -> bool:
+def _registered(run: RunContext, fd: int, name: str) -> bool:
     # Metrics use a call's name as a label only when it names a registered tool.
     entry = run.fds.get(fd, ChatSessionFd)
     return entry is not None and entry.session.registry.get(name) is not None
 
 
-def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
+def run_send(run: RunContext, session: ChatSession, flags: int) -> ChatResponse:
     params = session.params
     auto = bool(flags & abi.SEND_AUTO_TOOL_CALL)
-    backend, error = run.host.backend_for(params.get("backend"), params.get("model"), session)
+    backend, error = run.services.backend_for(params.get("backend"), params.get("model"), session)
     model = params.get("model") if isinstance(params.get("model"), str) else None
     model = model or (backend.default_model if backend is not None else "") or ""
     fd = session.fd
@@ -91,11 +91,11 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
         run.events.emit(ev.SEND_END, fd, outcome="error", error="no_model")
         return response
     stops = run.interrupts
-    run.host.tools.attach(
+    run.services.tools.attach(
         session, run.options.task, deadline=stops.effective_deadline(),
         cancel=stops.cancel_event, on_failure=lambda server, why: run.events.emit(
             ev.SOURCE_UNAVAILABLE, fd, source="mcp", server=server, reason=why))
-    limits = resolve_limits(params, run.host.limit_policy)
+    limits = resolve_limits(params, run.services.limit_policy)
     loop = ToolLoop(session, limits, auto=auto, backend=backend.name, model=model,
                     metrics_enabled=bool(flags & abi.SEND_ENABLE_METRICS))
     timeout_ms = params.get("timeout_ms")
@@ -214,7 +214,7 @@ def run_send(run: GuestRun, session: ChatSession, flags: int) -> ChatResponse:
     return ChatResponse(body, dict(session.last_metrics), is_error)
 
 
-def _observed_call(run: GuestRun, fd: int, action: CallTool, budget: CallBudget,
+def _observed_call(run: RunContext, fd: int, action: CallTool, budget: CallBudget,
                    iteration: int) -> ToolOutcome:
     """The tool call of a send somebody listens to, between its tool_start and
     tool_end events (run_send calls the source itself when nobody listens)."""
@@ -235,7 +235,7 @@ def _observed_call(run: GuestRun, fd: int, action: CallTool, budget: CallBudget,
     return outcome
 
 
-def _interrupt(run: GuestRun, fd: int, loop: ToolLoop, reason: tuple[str, str]) -> Failed:
+def _interrupt(run: RunContext, fd: int, loop: ToolLoop, reason: tuple[str, str]) -> Failed:
     """End the send for what ends the run; its skipped calls get their events."""
     failed = loop.interrupt(reason[0], reason[1])
     _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
@@ -265,7 +265,7 @@ class _TokenSink:
 
     __slots__ = ("_fd", "_first", "_iteration", "_lock", "_open", "_run")
 
-    def __init__(self, run: GuestRun, fd: int, iteration: int) -> None:
+    def __init__(self, run: RunContext, fd: int, iteration: int) -> None:
         self._run, self._fd, self._iteration = run, fd, iteration
         self._lock = threading.Lock()
         self._open = True

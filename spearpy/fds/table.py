@@ -7,7 +7,7 @@ fd. The table holds `Fd` objects and asks them, never their kind, what they
 allow.
 
 Every open fd is charged to the run's host budget (`HostBudget`, the
-GuestRun) at its kind's fixed cost when it opens, and what it holds is given
+RunContext) at its kind's fixed cost when it opens, and what it holds is given
 back when it closes: so a guest that churns fds pays for the ones it keeps
 open and nothing for the ones it closed.
 """
@@ -26,7 +26,7 @@ _NAMES = ((abi.EPOLLIN, "EPOLLIN"), (abi.EPOLLOUT, "EPOLLOUT"), (abi.EPOLLERR, "
 
 
 class HostBudget(Protocol):
-    """The run's max_host_bytes account (GuestRun)."""
+    """The run's max_host_bytes account (its RunContext)."""
 
     def charge(self, nbytes: int, what: str) -> None: ...
 

@@ -1,93 +1,128 @@
-"""The `spear` import module: every hostcall with its exact wasm signature."""
+"""Every hostcall family, and the linker definitions they make.
+
+A new family is a module of implementations and one entry in FAMILIES
+(spearpy/hostcalls/family.py says what an entry holds). Nothing outside
+this package knows a family by name: the instance runs their hooks, inspect
+and module loading read their signatures here.
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
-from spearpy import abi
 from spearpy._native import I32, I64, HostFn, define_hostcall
-from spearpy.hostcalls import chat, fd, system, wasi_poll
+from spearpy.hostcalls.family import Hostcall, HostcallFamily, call, call_i64, i32s
 
 if TYPE_CHECKING:
     import wasmtime
 
-# Families a guest may never call, imported at their first call: user
-# streams, the microphone and realtime transcription pull in their fds,
-# queues and parsers (~8 ms of `spearpy run` start-up, -X importtime), which
-# a guest that never opens such an fd has no use for. Name -> param count
-# (all i32, one i32 result); each module's *_HOSTCALLS table holds the
-# functions, and tests/test_startup.py checks that the two agree. The chat
-# family stays eager: cchat_* are the hot hostcalls, and a trampoline would
-# add a Python call to every one of them.
-_DEFERRED: Final[dict[str, dict[str, int]]] = {
-    "spearpy.hostcalls.streams": {
-        "user_stream_open": 2, "user_stream_read": 3, "user_stream_write": 3,
-        "user_stream_close": 1, "user_stream_ctl_open": 0, "user_stream_ctl_read": 3,
-    },
-    "spearpy.hostcalls.mic": {"mic_create": 0, "mic_ctl": 4, "mic_read": 3, "mic_close": 1},
-    "spearpy.hostcalls.rtasr": {
-        "rtasr_create": 0, "rtasr_ctl": 4, "rtasr_write": 3, "rtasr_read": 3, "rtasr_close": 1,
-    },
-}
+    from spearpy.context import RunContext
+
+WASI_MODULE: Final = "wasi_snapshot_preview1"
+_WASI_EIO: Final = 29  # WASI's errno, not spear's negative one
 
 
-def _on_first_call(module: str, name: str) -> HostFn:
-    """`module.name`, imported when the guest first calls it. Two threads
+def _has_streams(run: RunContext) -> bool:
+    return run.options.streams is not None
+
+
+# The chat, fd and system families stay eager: cchat_* are the hot
+# hostcalls, and a first-call trampoline would add a Python call to each.
+# User streams, the microphone and realtime transcription are lazy: their
+# fds, queues and parsers cost ~8 ms of `spearpy run` start-up (-X
+# importtime), which a guest that never calls them has no use for.
+FAMILIES: Final[tuple[HostcallFamily, ...]] = (
+    HostcallFamily("system", "spearpy.hostcalls.system", {
+        "log": call(3),
+        "time_now_ms": call_i64(outside=True),
+        "wall_time_s": call_i64(outside=True),
+        "random_i64": call_i64(outside=True),
+        "sleep_ms": Hostcall((I32,), ()),
+    }),
+    HostcallFamily("chat", "spearpy.hostcalls.chat", {
+        "cchat_create": call(0), "cchat_write_msg": call(5), "cchat_write_fn": call(4),
+        "cchat_ctl": call(4),
+        "cchat_send": call(2, outside=True),  # model replies, MCP and Python tool results
+        "cchat_recv": call(3), "cchat_close": call(1),
+    }),
+    HostcallFamily("fd", "spearpy.hostcalls.fd", {
+        "spear_fd_ctl": call(4), "spear_epoll_create": call(0), "spear_epoll_ctl": call(4),
+        "spear_epoll_wait": call(4, outside=True),  # readiness
+        "spear_epoll_close": call(1),
+    }),
+    HostcallFamily("wasi", "spearpy.hostcalls.wasi_poll", {
+        "poll_oneoff": call(4, outside=True),
+        # The i64 precision arrives as its low 32 bits; it is not used.
+        "clock_time_get": Hostcall((I32, I64, I32), (I32,), outside=True),
+    }, import_module=WASI_MODULE, on_error=_WASI_EIO, shadows=True),
+    HostcallFamily("user_streams", "spearpy.hostcalls.streams", {
+        "user_stream_open": call(2, outside=True), "user_stream_read": call(3, outside=True),
+        "user_stream_write": call(3, outside=True), "user_stream_close": call(1),
+        "user_stream_ctl_open": call(0, outside=True),
+        "user_stream_ctl_read": call(3, outside=True),
+    }, lazy=True, on_run_start="start_streams", on_run_end="end_streams",
+        applies_to=_has_streams),
+    HostcallFamily("mic", "spearpy.hostcalls.mic", {
+        "mic_create": call(0), "mic_ctl": call(4, outside=True),
+        "mic_read": call(3, outside=True), "mic_close": call(1),
+    }, lazy=True),
+    HostcallFamily("rtasr", "spearpy.hostcalls.rtasr", {
+        "rtasr_create": call(0), "rtasr_ctl": call(4, outside=True),
+        "rtasr_write": call(3, outside=True), "rtasr_read": call(3, outside=True),
+        "rtasr_close": call(1),
+    }, lazy=True),
+)
+
+
+def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
+    """`family`'s `name`, imported when the guest first calls it. Two threads
     racing on the first call both find the same function: harmless."""
     target: HostFn | None = None
 
-    def call(*args: Any) -> int | None:
+    def first_call(*args: Any) -> int | None:
         nonlocal target
         if target is None:
-            target = getattr(importlib.import_module(module), name)
+            target = getattr(importlib.import_module(family.module), name)
         return target(*args)
 
-    return call
+    return first_call
 
 
-def _i32s(n: int) -> tuple[str, ...]:
-    return (I32,) * n
+def _implementation(family: HostcallFamily, name: str) -> HostFn:
+    return _on_first_call(family, name) if family.lazy else family.function(name)
 
 
-# name -> (params, results, implementation)
+# The `spear` module's imports: name -> (params, results, implementation).
 HOSTCALLS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], HostFn]]] = {
-    "log": (_i32s(3), (I32,), system.log),
-    "time_now_ms": ((), (I64,), system.time_now_ms),
-    "wall_time_s": ((), (I64,), system.wall_time_s),
-    "random_i64": ((), (I64,), system.random_i64),
-    "sleep_ms": ((I32,), (), system.sleep_ms),
-    "cchat_create": ((), (I32,), chat.cchat_create),
-    "cchat_write_msg": (_i32s(5), (I32,), chat.cchat_write_msg),
-    "cchat_write_fn": (_i32s(4), (I32,), chat.cchat_write_fn),
-    "cchat_ctl": (_i32s(4), (I32,), chat.cchat_ctl),
-    "cchat_send": (_i32s(2), (I32,), chat.cchat_send),
-    "cchat_recv": (_i32s(3), (I32,), chat.cchat_recv),
-    "cchat_close": (_i32s(1), (I32,), chat.cchat_close),
-    "spear_fd_ctl": (_i32s(4), (I32,), fd.spear_fd_ctl),
-    "spear_epoll_create": ((), (I32,), fd.spear_epoll_create),
-    "spear_epoll_ctl": (_i32s(4), (I32,), fd.spear_epoll_ctl),
-    "spear_epoll_wait": (_i32s(4), (I32,), fd.spear_epoll_wait),
-    "spear_epoll_close": (_i32s(1), (I32,), fd.spear_epoll_close),
+    name: (hc.params, hc.results, _implementation(family, name))
+    for family in FAMILIES if not family.shadows for name, hc in family.calls.items()
 }
 
 
-for _module, _family in _DEFERRED.items():
-    for _name, _nparams in _family.items():
-        HOSTCALLS[_name] = (_i32s(_nparams), (I32,), _on_first_call(_module, _name))
-
-
 def define_spear_imports(linker: wasmtime.Linker) -> None:
-    """The `spear` module, and the WASI calls spearpy implements itself
-    (call after `define_wasi`: these shadow wasmtime's)."""
-    for name, (params, results, fn) in HOSTCALLS.items():
-        define_hostcall(linker, abi.IMPORT_MODULE, name, params, results, fn, abi.EIO)
-    linker.allow_shadowing = True
-    try:
-        define_hostcall(linker, wasi_poll.WASI_MODULE, "poll_oneoff", _i32s(4), (I32,),
-                        wasi_poll.poll_oneoff, wasi_poll.EIO)
-        # The i64 precision arrives as its low 32 bits; it is not used.
-        define_hostcall(linker, wasi_poll.WASI_MODULE, "clock_time_get", (I32, I64, I32),
-                        (I32,), wasi_poll.clock_time_get, wasi_poll.EIO)
-    finally:
-        linker.allow_shadowing = False
+    """Every family's imports (call after `define_wasi`: the WASI calls
+    spearpy implements itself shadow wasmtime's)."""
+    for family in FAMILIES:
+        linker.allow_shadowing = family.shadows
+        try:
+            for name, hc in family.calls.items():
+                fn = HOSTCALLS[name][2] if not family.shadows else _implementation(family, name)
+                define_hostcall(linker, family.import_module, name, hc.params, hc.results,
+                                fn, family.on_error)
+        finally:
+            linker.allow_shadowing = False
+
+
+def run_started(run: RunContext) -> None:
+    for family in FAMILIES:
+        family.run_hook(family.on_run_start, run)
+
+
+def run_ended(run: RunContext) -> None:
+    for family in FAMILIES:
+        family.run_hook(family.on_run_end, run)
+
+
+__all__ = ["FAMILIES", "HOSTCALLS", "WASI_MODULE", "HostcallFamily", "define_spear_imports",
+           "i32s", "run_ended", "run_started"]

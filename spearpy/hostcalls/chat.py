@@ -17,7 +17,7 @@ from spearpy.memory import GuestFault
 from spearpy.tools.guest import GuestTools
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 
 # A tool may itself open sessions and send (an agent calling a sub-agent);
@@ -36,12 +36,12 @@ _SMALL_SCHEMA_BYTES = 2048
 _SMALL_SCHEMA_TOKENS = 128
 
 
-def _session(run: GuestRun, fd: int) -> ChatSession | None:
+def _session(run: RunContext, fd: int) -> ChatSession | None:
     entry = run.fds.get(fd, ChatSessionFd)
     return entry.session if entry is not None else None
 
 
-def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
+def _idle_session(run: RunContext, fd: int) -> ChatSession | int:
     """The session, or why it cannot be used now: EBADF, or EAGAIN while its
     own send is running a tool."""
     session = _session(run, fd)
@@ -50,17 +50,17 @@ def _idle_session(run: GuestRun, fd: int) -> ChatSession | int:
     return abi.EAGAIN if _busy(run, fd) else session
 
 
-def _busy(run: GuestRun, fd: int) -> bool:
+def _busy(run: RunContext, fd: int) -> bool:
     """True while a send on this session is running a tool: changing the
     session underneath its own loop would corrupt the conversation."""
     return run.is_sending(fd)
 
 
-def cchat_create(run: GuestRun) -> int:
+def cchat_create(run: RunContext) -> int:
     return run.fds.open(lambda fd: ChatSessionFd(ChatSession(fd)))
 
 
-def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, content_ptr: int,
+def cchat_write_msg(run: RunContext, fd: int, role_ptr: int, role_len: int, content_ptr: int,
                     content_len: int) -> int:
     # _idle_session inlined: this is the hostcall a guest makes most often.
     entry = run.fds.get(fd, ChatSessionFd)
@@ -93,7 +93,7 @@ def cchat_write_msg(run: GuestRun, fd: int, role_ptr: int, role_len: int, conten
     return rc
 
 
-def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_len: int) -> int:
+def cchat_write_fn(run: RunContext, fd: int, fn_offset: int, json_ptr: int, json_len: int) -> int:
     session = _idle_session(run, fd)
     if isinstance(session, int):
         return session
@@ -121,7 +121,7 @@ def cchat_write_fn(run: GuestRun, fd: int, fn_offset: int, json_ptr: int, json_l
         return exc.errno
 
 
-def _set_mcp_param(run: GuestRun, session: ChatSession, key: str, value: object) -> int:
+def _set_mcp_param(run: RunContext, session: ChatSession, key: str, value: object) -> int:
     """SPEAR's session layer: a guest may only narrow what the run's task allows
     (-13 past it, -22 for a wrong type); without a task MCP is off."""
     from spearpy.mcp.policy import TaskPolicy, check_session_param
@@ -132,7 +132,7 @@ def _set_mcp_param(run: GuestRun, session: ChatSession, key: str, value: object)
     return rc
 
 
-def _register(run: GuestRun, session: ChatSession, fn_offset: int, raw: bytes,
+def _register(run: RunContext, session: ChatSession, fn_offset: int, raw: bytes,
               cost: int) -> int:
     name, spec = parse_tool_schema(raw)
     if name.startswith(RESERVED_TOOL_PREFIXES):
@@ -146,7 +146,7 @@ def _register(run: GuestRun, session: ChatSession, fn_offset: int, raw: bytes,
     return 0
 
 
-def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+def cchat_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
     entry = run.fds.lookup(fd)
     if not isinstance(entry, ChatSessionFd | ChatResponseFd):
         return abi.EBADF
@@ -191,7 +191,7 @@ def cchat_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
     return abi.EINVAL
 
 
-def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
+def cchat_send(run: RunContext, fd: int, flags: int) -> int:
     session = _idle_session(run, fd)
     if isinstance(session, int):
         return session
@@ -225,7 +225,7 @@ def cchat_send(run: GuestRun, fd: int, flags: int) -> int:
     return reserved
 
 
-def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) -> int:
+def cchat_recv(run: RunContext, response_fd: int, out_ptr: int, out_len_ptr: int) -> int:
     entry = run.fds.get(response_fd, ChatResponseFd)
     if entry is None:
         return abi.EBADF
@@ -237,7 +237,7 @@ def cchat_recv(run: GuestRun, response_fd: int, out_ptr: int, out_len_ptr: int) 
         return abi.EFAULT
 
 
-def cchat_close(run: GuestRun, fd: int) -> int:
+def cchat_close(run: RunContext, fd: int) -> int:
     entry = run.fds.lookup(fd)
     if isinstance(entry, ChatSessionFd):
         if _busy(run, fd):

@@ -11,14 +11,14 @@ from spearpy.fds import EpollFd
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 _RECORD = struct.Struct("<ii")
 
 
 
 
-def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+def spear_fd_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
     entry = run.fds.lookup(fd)
     if entry is None:
         return abi.EBADF
@@ -61,11 +61,11 @@ def spear_fd_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: in
         return abi.EFAULT
 
 
-def spear_epoll_create(run: GuestRun) -> int:
+def spear_epoll_create(run: RunContext) -> int:
     return run.fds.open(EpollFd())
 
 
-def spear_epoll_ctl(run: GuestRun, epfd: int, op: int, fd: int, events: int) -> int:
+def spear_epoll_ctl(run: RunContext, epfd: int, op: int, fd: int, events: int) -> int:
     epoll = run.fds.get(epfd, EpollFd)
     if epoll is None:
         return abi.EBADF
@@ -83,7 +83,7 @@ def spear_epoll_ctl(run: GuestRun, epfd: int, op: int, fd: int, events: int) -> 
     return abi.EINVAL
 
 
-def spear_epoll_wait(run: GuestRun, epfd: int, out_ptr: int, out_len_ptr: int,
+def spear_epoll_wait(run: RunContext, epfd: int, out_ptr: int, out_len_ptr: int,
                      timeout_ms: int) -> int:
     epoll = run.fds.get(epfd, EpollFd)
     if epoll is None:
@@ -107,7 +107,7 @@ def spear_epoll_wait(run: GuestRun, epfd: int, out_ptr: int, out_len_ptr: int,
         return abi.EFAULT
 
 
-def _wait_for_ready(run: GuestRun, epoll: EpollFd, timeout_ms: int) -> list[tuple[int, int]]:
+def _wait_for_ready(run: RunContext, epoll: EpollFd, timeout_ms: int) -> list[tuple[int, int]]:
     """Block on the run's waker until an interest is ready, the timeout passes
     or the run is interrupted (deadline, cancel: the guest ends with a trap).
     An infinite timeout over fds that cannot change while the guest waits
@@ -126,7 +126,7 @@ def _wait_for_ready(run: GuestRun, epoll: EpollFd, timeout_ms: int) -> list[tupl
     return ready
 
 
-def spear_epoll_close(run: GuestRun, epfd: int) -> int:
+def spear_epoll_close(run: RunContext, epfd: int) -> int:
     if run.fds.get(epfd, EpollFd) is None:
         return abi.EBADF if run.fds.lookup(epfd) is not None else run.fds.close(epfd)
     return run.fds.close(epfd)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from spearpy.errors import HostInterrupt
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ _async_exc.restype = ctypes.c_int
 _NOT_HERE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def bounded(run: GuestRun, work: Callable[[], T]) -> T:
+def bounded(run: RunContext, work: Callable[[], T]) -> T:
     """`work()`, stopped at the run's deadline (a tool's, inside a tool) or
     cancel: the run then ends as those do (HostInterrupt), exactly as if the
     guest had been running wasm.

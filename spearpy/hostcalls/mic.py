@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from spearpy import _json, abi
@@ -32,7 +31,7 @@ from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 MIC_CTL_SET_PARAM: Final = 1
 MIC_CTL_GET_STATUS: Final = 2
@@ -45,11 +44,11 @@ MAX_MIC_PARAM_BYTES: Final = 14 << 20
 MAX_RUNNING_MICS: Final = 16
 
 
-def mic_create(run: GuestRun) -> int:
+def mic_create(run: RunContext) -> int:
     return run.fds.open(MicFd(run.interrupts.waker))
 
 
-def mic_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+def mic_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
     entry = run.fds.get(fd, MicFd)
     if entry is None:
         return abi.EBADF
@@ -64,7 +63,7 @@ def mic_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) ->
     return abi.EINVAL
 
 
-def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> int:
+def _set_param(run: RunContext, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> int:
     length = run.memory.read_u32(arg_len_ptr)
     run.memory.check(arg_ptr, length)
     if length > MAX_MIC_PARAM_BYTES:
@@ -113,7 +112,7 @@ def _set_param(run: GuestRun, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> i
     return 0
 
 
-def mic_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
+def mic_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     entry = run.fds.get(fd, MicFd)
     if entry is None:
         return abi.EBADF
@@ -136,7 +135,7 @@ def mic_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     return rc
 
 
-def _over_budget(run: GuestRun, fd: int, entry: MicFd) -> int:
+def _over_budget(run: RunContext, fd: int, entry: MicFd) -> int:
     budget = audio_budget(run)
     limit = budget.exceeded or "max_audio_bytes"
     if entry.last_error is None:
@@ -147,14 +146,5 @@ def _over_budget(run: GuestRun, fd: int, entry: MicFd) -> int:
     return OVER_BUDGET
 
 
-def mic_close(run: GuestRun, fd: int) -> int:
+def mic_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", MicFd)
-
-
-# name -> (number of i32 params, implementation); all return i32.
-MIC_HOSTCALLS: Final[dict[str, tuple[int, Callable[..., int]]]] = {
-    "mic_create": (0, mic_create),
-    "mic_ctl": (4, mic_ctl),
-    "mic_read": (3, mic_read),
-    "mic_close": (1, mic_close),
-}

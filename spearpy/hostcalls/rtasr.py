@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from spearpy import _json, abi
 from spearpy.asr import protocol
@@ -46,7 +45,7 @@ from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 SET_PARAM, CONNECT, GET_STATUS, SEND_EVENT, FLUSH, CLEAR, SET_AUTOFLUSH, GET_AUTOFLUSH = range(1, 9)
 # set-param and autoflush JSON are small; send-event is bounded by the send queue.
@@ -55,19 +54,19 @@ _GUEST_MAY_NOT_SET = frozenset({"ws_url"})
 MAX_CONNECTIONS_PER_RUN = 16
 
 
-def rtasr_create(run: GuestRun) -> int:
+def rtasr_create(run: RunContext) -> int:
     entry = RtAsrFd(run.interrupts.waker)
     entry.max_recv_queue_bytes = min(entry.max_recv_queue_bytes, _recv_share(run))
     return run.fds.open(entry)
 
 
-def _recv_share(run: GuestRun) -> int:
+def _recv_share(run: RunContext) -> int:
     """The most one receive queue holds: the upstream fills it, uncharged, so
     all the fds connected at once hold at most max_host_bytes."""
     return min(MAX_QUEUE_BYTES, run.config.max_host_bytes // MAX_CONNECTIONS_PER_RUN)
 
 
-def rtasr_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
+def rtasr_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) -> int:
     try:
         arg_len = run.memory.read_u32(arg_len_ptr)
     except GuestFault:
@@ -128,7 +127,7 @@ def rtasr_ctl(run: GuestRun, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
     return 0
 
 
-def _write_json(run: GuestRun, out_ptr: int, out_len_ptr: int, body: dict[str, Any]) -> int:
+def _write_json(run: RunContext, out_ptr: int, out_len_ptr: int, body: dict[str, Any]) -> int:
     try:
         return run.memory.write_out(out_ptr, out_len_ptr, _json.compact_bytes(body))
     except GuestFault:
@@ -141,7 +140,7 @@ def _uint(value: Any) -> int | None:
     return None
 
 
-def _set_param(run: GuestRun, entry: RtAsrFd, value: Any, nbytes: int) -> int:
+def _set_param(run: RunContext, entry: RtAsrFd, value: Any, nbytes: int) -> int:
     key = value.get("key") if isinstance(value, dict) else None
     if not isinstance(key, str) or not key:
         return abi.EINVAL
@@ -163,7 +162,7 @@ def _set_param(run: GuestRun, entry: RtAsrFd, value: Any, nbytes: int) -> int:
     return 0
 
 
-def _connect(run: GuestRun, entry: RtAsrFd) -> int:
+def _connect(run: RunContext, entry: RtAsrFd) -> int:
     if entry.state == ERROR:
         return abi.EIO
     if entry.worker is not None:
@@ -194,7 +193,7 @@ def _connect(run: GuestRun, entry: RtAsrFd) -> int:
         session = protocol.session_update(
             model if isinstance(model, str) and model else protocol.DEFAULT_MODEL,
             entry.segmentation)
-        keys = [key, *(os.environ.get(name, "") for name in run.host.key_envs())]
+        keys = [key, *(os.environ.get(name, "") for name in run.services.key_envs())]
         worker = RealtimeConnection(entry, url, headers, session, SecretScrubber(keys),
                                     run.interrupts, config.max_retries)
         with entry.cond:
@@ -204,7 +203,7 @@ def _connect(run: GuestRun, entry: RtAsrFd) -> int:
     return 0
 
 
-def rtasr_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
+def rtasr_write(run: RunContext, fd: int, buf_ptr: int, length: int) -> int:
     entry = run.fds.get(fd, RtAsrFd)
     if entry is None:
         return abi.EBADF
@@ -226,14 +225,14 @@ def rtasr_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
     return length
 
 
-def _charge(run: GuestRun, fd: int, entry: RtAsrFd, length: int) -> bool:
+def _charge(run: RunContext, fd: int, entry: RtAsrFd, length: int) -> bool:
     from spearpy.audio.budget import audio_budget
 
     rate = _uint(entry.params.get("sample_rate_hz")) or protocol.SAMPLE_RATE_HZ
     return audio_budget(run).charge(length, length / (rate * 2))
 
 
-def _over_budget(run: GuestRun, fd: int, entry: RtAsrFd) -> int:
+def _over_budget(run: RunContext, fd: int, entry: RtAsrFd) -> int:
     from spearpy.audio.budget import OVER_BUDGET, audio_budget
 
     budget = audio_budget(run)
@@ -246,7 +245,7 @@ def _over_budget(run: GuestRun, fd: int, entry: RtAsrFd) -> int:
     return OVER_BUDGET
 
 
-def rtasr_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
+def rtasr_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     entry = run.fds.get(fd, RtAsrFd)
     if entry is None:
         return abi.EBADF
@@ -262,15 +261,5 @@ def rtasr_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     return rc
 
 
-def rtasr_close(run: GuestRun, fd: int) -> int:
+def rtasr_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", RtAsrFd)
-
-
-# name -> (number of i32 params, implementation); all return i32.
-RTASR_HOSTCALLS: Final[dict[str, tuple[int, Callable[..., int]]]] = {
-    "rtasr_create": (0, rtasr_create),
-    "rtasr_ctl": (4, rtasr_ctl),
-    "rtasr_write": (3, rtasr_write),
-    "rtasr_read": (3, rtasr_read),
-    "rtasr_close": (1, rtasr_close),
-}

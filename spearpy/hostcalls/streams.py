@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import spearpy.streams.ssf as ssf
 from spearpy import abi
@@ -32,12 +31,12 @@ from spearpy.streams.hub import StreamHub
 from spearpy.streams.limits import DIR_BIDI, DIR_IN, DIR_OUT, ENOTCONN, EPIPE
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 _EVENT = struct.Struct("<II")
 
 
-def _hub(run: GuestRun) -> StreamHub | None:
+def _hub(run: RunContext) -> StreamHub | None:
     hub = run.options.streams
     if hub is not None and hub.has_notes:
         for kind, data in hub.take_notes():
@@ -45,7 +44,7 @@ def _hub(run: GuestRun) -> StreamHub | None:
     return hub
 
 
-def user_stream_ctl_open(run: GuestRun) -> int:
+def user_stream_ctl_open(run: RunContext) -> int:
     hub = _hub(run)
     if hub is None:
         return ENOTCONN
@@ -56,7 +55,7 @@ def user_stream_ctl_open(run: GuestRun) -> int:
     return fd
 
 
-def user_stream_ctl_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
+def user_stream_ctl_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     hub = _hub(run)
     entry = run.fds.get(fd, UserStreamCtlFd)
     if entry is None or hub is None:
@@ -77,7 +76,7 @@ def user_stream_ctl_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int)
     return rc
 
 
-def user_stream_open(run: GuestRun, stream_id: int, direction: int) -> int:
+def user_stream_open(run: RunContext, stream_id: int, direction: int) -> int:
     hub = _hub(run)
     if hub is None:
         return ENOTCONN
@@ -95,7 +94,7 @@ def user_stream_open(run: GuestRun, stream_id: int, direction: int) -> int:
     return fd
 
 
-def user_stream_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> int:
+def user_stream_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     _hub(run)
     entry = run.fds.get(fd, UserStreamFd)
     if entry is None:
@@ -118,7 +117,7 @@ def user_stream_read(run: GuestRun, fd: int, out_ptr: int, out_len_ptr: int) -> 
     return rc
 
 
-def user_stream_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
+def user_stream_write(run: RunContext, fd: int, buf_ptr: int, length: int) -> int:
     hub = _hub(run)
     entry = run.fds.get(fd, UserStreamFd)
     if entry is None or hub is None:
@@ -154,7 +153,7 @@ def user_stream_write(run: GuestRun, fd: int, buf_ptr: int, length: int) -> int:
     return 0
 
 
-def _backpressure(run: GuestRun, fd: int, entry: UserStreamFd, length: int) -> int:
+def _backpressure(run: RunContext, fd: int, entry: UserStreamFd, length: int) -> int:
     if not entry.want:  # a new episode: the last write went through
         now = time.monotonic()
         if now - entry.last_backpressure_event >= BACKPRESSURE_EVENT_INTERVAL_S:
@@ -171,7 +170,7 @@ def _backpressure(run: GuestRun, fd: int, entry: UserStreamFd, length: int) -> i
     return abi.EAGAIN
 
 
-def user_stream_close(run: GuestRun, fd: int) -> int:
+def user_stream_close(run: RunContext, fd: int) -> int:
     _hub(run)
     entry = run.fds.lookup(fd)
     if entry is None:
@@ -183,7 +182,14 @@ def user_stream_close(run: GuestRun, fd: int) -> int:
     return run.fds.close(fd)
 
 
-def end_streams(run: GuestRun) -> None:
+def start_streams(run: RunContext) -> None:
+    """At the run's start: clients' frames wake the guest."""
+    hub = run.options.streams
+    if hub is not None:
+        hub.bind(run.interrupts.waker)
+
+
+def end_streams(run: RunContext) -> None:
     """At the run's end: report the streams still open, let the client drain
     what the guest wrote, and report the session still attached."""
     hub = _hub(run)
@@ -198,14 +204,3 @@ def end_streams(run: GuestRun) -> None:
         run.events.emit(ev.STREAM_SESSION, **session.summary(
             hub.channels_of(session), "close", "run_ended", False))
     _hub(run)
-
-
-# name -> (number of i32 params, implementation); all return i32.
-STREAM_HOSTCALLS: Final[dict[str, tuple[int, Callable[..., int]]]] = {
-    "user_stream_open": (2, user_stream_open),
-    "user_stream_read": (3, user_stream_read),
-    "user_stream_write": (3, user_stream_write),
-    "user_stream_close": (1, user_stream_close),
-    "user_stream_ctl_open": (0, user_stream_ctl_open),
-    "user_stream_ctl_read": (3, user_stream_ctl_read),
-}

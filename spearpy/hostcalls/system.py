@@ -12,10 +12,10 @@ from spearpy.memory import GuestFault
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 
-def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
+def log(run: RunContext, level: int, ptr: int, length: int) -> int:
     if length < 0 or length > abi.MAX_LOG_LEN:
         return abi.EINVAL
     try:
@@ -40,17 +40,17 @@ def log(run: GuestRun, level: int, ptr: int, length: int) -> int:
     return 0
 
 
-def time_now_ms(_run: GuestRun) -> int:
+def time_now_ms(_run: RunContext) -> int:
     return time.time_ns() // 1_000_000
 
 
-def wall_time_s(_run: GuestRun) -> int:
+def wall_time_s(_run: RunContext) -> int:
     return time.time_ns() // 1_000_000_000
 
 
-def random_i64(_run: GuestRun) -> int:
+def random_i64(_run: RunContext) -> int:
     return secrets.randbits(64) - (1 << 63)
 
 
-def sleep_ms(run: GuestRun, ms: int) -> None:
+def sleep_ms(run: RunContext, ms: int) -> None:
     run.interrupts.wait(max(ms, 0) / 1000.0)

@@ -5,7 +5,7 @@ C's sleep()/nanosleep() and Rust's thread::sleep reach the host as
 poll_oneoff with a clock subscription. wasmtime's own implementation blocks
 the thread in a system call, where neither epoch interruption nor the cancel
 event can reach it: `sleep(86400)` outlived --timeout and ignored cancel.
-Here a clock wait goes through `GuestRun.wait` like spear's `sleep_ms` (never
+Here a clock wait goes through `RunContext.wait` like spear's `sleep_ms` (never
 past the run or tool deadline, woken by cancel).
 
 Every fd a spearpy guest can poll is a regular file or a pipe the host
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 from spearpy.memory import GuestFault
 
 if TYPE_CHECKING:
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 WASI_MODULE: Final = "wasi_snapshot_preview1"
 # WASI errno values (not spear's negative ones).
@@ -50,7 +50,7 @@ _CLOCKS = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns,
            3: time.thread_time_ns}
 
 
-def clock_time_get(run: GuestRun, clock_id: int, _precision: int, time_ptr: int) -> int:
+def clock_time_get(run: RunContext, clock_id: int, _precision: int, time_ptr: int) -> int:
     clock = _CLOCKS.get(clock_id)
     if clock is None:
         return _EINVAL
@@ -74,7 +74,7 @@ def _clock_delay(clock_id: int, timeout_ns: int, flags: int) -> float | None:
     return None
 
 
-def poll_oneoff(run: GuestRun, in_ptr: int, out_ptr: int, nsubscriptions: int,
+def poll_oneoff(run: RunContext, in_ptr: int, out_ptr: int, nsubscriptions: int,
                 nevents_ptr: int) -> int:
     in_ptr &= 0xFFFFFFFF
     out_ptr &= 0xFFFFFFFF

@@ -31,7 +31,7 @@ from spearpy.errors import HostInterrupt
 if TYPE_CHECKING:
     from spearpy.chat.registry import Tool
     from spearpy.chat.session import ChatSession
-    from spearpy.instance import GuestRun
+    from spearpy.context import RunContext
 
 # How often the held send looks at the run's cancel and deadline while no
 # call is queued; a call is picked up the moment it is queued.
@@ -91,7 +91,7 @@ class GuestBridge:
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._tools: dict[str, Tool] = {}
-        self._run: GuestRun | None = None  # set on the guest's thread at its first send
+        self._run: RunContext | None = None  # set on the guest's thread at its first send
         self.tools: list[GuestTool] = []
         self.session_fd: int | None = None
         self._closed_why: str | None = None
@@ -140,7 +140,7 @@ class GuestBridge:
 
     # ---- the guest's side (its own thread) -----------------------------------
 
-    def hook(self, run: GuestRun, session: ChatSession, flags: int) -> None:
+    def hook(self, run: RunContext, session: ChatSession, flags: int) -> None:
         """The run's send hook (RunOptions.send_hook). The first send never
         returns: it serves until the run ends. A later send can only come
         from a tool running inside it (an agent calling a sub-agent): that
@@ -171,7 +171,7 @@ class GuestBridge:
             self.tools.append(GuestTool(name, spec["function"].get("description"),
                                         input_schema(spec)))
 
-    def _serve(self, run: GuestRun, session: ChatSession) -> NoReturn:
+    def _serve(self, run: RunContext, session: ChatSession) -> NoReturn:
         while True:
             try:
                 item = self._queue.get(timeout=POLL_S)
@@ -198,12 +198,12 @@ class GuestBridge:
                 raise
             item.future.set_result(answer)
 
-    def _call(self, run: GuestRun, session: ChatSession, call: _Call) -> ToolAnswer:
+    def _call(self, run: RunContext, session: ChatSession, call: _Call) -> ToolAnswer:
         """One call, checked and limited as the auto tool loop checks it."""
         tool = self._tools.get(call.name)
         if tool is None or tool.source is None:
             return _error(abi.TOOL_UNKNOWN, f"no tool named {call.name!r}")
-        limits = resolve_limits(session.params, run.host.limit_policy)
+        limits = resolve_limits(session.params, run.services.limit_policy)
         arguments = json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False)
         if limits.validate_tool_args:
             # A round trip through the loop's own parser: what the guest gets

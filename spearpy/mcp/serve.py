@@ -34,9 +34,9 @@ from spearpy.mcp import wire
 from spearpy.mcp.bridge import BridgeClosed, GuestBridge, GuestTool
 
 if TYPE_CHECKING:
+    from spearpy.context import SendHook
     from spearpy.embed import RunHandle
     from spearpy.host import Host, LoadedModule
-    from spearpy.instance import SendHook
     from spearpy.outcome import RunResult
 
 # A serving guest runs one call at a time: without a per-call deadline one

@@ -20,10 +20,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from spearpy.context import RUN_LIMITS
 from spearpy.executors.base import RunJob
 from spearpy.executors.hosts import HostPool
 from spearpy.host import Host, LoadedModule
-from spearpy.instance import RUN_LIMITS
 from spearpy.observe.events import RUN_END, Event, FanOut
 from spearpy.outcome import RunResult, exit_code_for
 from spearpy.serve.config import ServeConfig

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spearpy.config import HostConfig
-from spearpy.instance import RUN_LIMITS
+from spearpy.context import RUN_LIMITS
 from spearpy.serve.problems import Problem
 
 MAX_ARGS = 1024

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import wasmtime
 
 from spearpy import _native
-from spearpy.instance import GuestRun, RunOptions
+from spearpy.context import RunOptions
+from spearpy.instance import GuestRun
 
 if TYPE_CHECKING:
     from spearpy.host import Host, LoadedModule
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 class LiveInstance:
     def __init__(self, host: Host, module: LoadedModule, options: RunOptions | None = None) -> None:
         self.host = host
-        self.run = GuestRun(host, module, options or RunOptions(capture_output=True))
+        self.run = GuestRun(host.engine, host.config, module,
+                            options or RunOptions(capture_output=True), host.services)
         self._scratch = tempfile.TemporaryDirectory(prefix="spearpy-live-")
         self.instance = self.run.instantiate(Path(self._scratch.name))
         self.store = self.run.store

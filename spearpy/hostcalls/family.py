@@ -1,0 +1,79 @@
+"""A hostcall family: the imports one module implements, as data.
+
+A family names its import module and, for each import, its exact wasm
+signature and whether its answer depends on the outside world (a clock,
+randomness, a model reply, what a client, a microphone or an ASR server
+sent, which fds are ready): those are the answers durable runs journal and
+replay; every other hostcall computes the same result from the same guest
+memory. Implementations are the functions of `module` named like the
+imports. A lazy family's module is imported at the guest's first call of one
+of its imports, so a run that never calls it never pays for its imports.
+
+Run hooks: `on_run_start` and `on_run_end` name functions of `module` called
+with the run's context when the run starts and ends, for the runs
+`applies_to` accepts (lazy families: only those, so their module is not
+imported for other runs). Per-run state of a family lives on the context
+(`RunContext.state(factory)`), never in a module global.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spearpy import abi
+from spearpy._native import I32, I64
+
+if TYPE_CHECKING:
+    from spearpy.context import RunContext
+
+
+@dataclass(frozen=True, slots=True)
+class Hostcall:
+    params: tuple[str, ...]
+    results: tuple[str, ...]
+    outside: bool = False  # its answer depends on the outside world
+
+
+def i32s(n: int) -> tuple[str, ...]:
+    return (I32,) * n
+
+
+def call(nparams: int, *, outside: bool = False) -> Hostcall:
+    """The usual shape: `nparams` i32 params, one i32 result."""
+    return Hostcall(i32s(nparams), (I32,), outside)
+
+
+def call_i64(*, outside: bool = False) -> Hostcall:
+    """No params, one i64 result (clocks, randomness)."""
+    return Hostcall((), (I64,), outside)
+
+
+@dataclass(frozen=True, slots=True)
+class HostcallFamily:
+    name: str
+    module: str  # the implementations, one function per import, named like it
+    calls: Mapping[str, Hostcall]
+    import_module: str = abi.IMPORT_MODULE
+    lazy: bool = False
+    # What the guest gets when an implementation fails inside the host.
+    on_error: int = abi.EIO
+    on_run_start: str | None = None
+    on_run_end: str | None = None
+    applies_to: Callable[[RunContext], bool] = field(default=lambda _run: True)
+    # Imports it replaces in a module the engine also defines (WASI).
+    shadows: bool = False
+
+    def function(self, name: str) -> Callable[..., Any]:
+        """The implementation of `name` (imports the module)."""
+        fn: Callable[..., Any] = getattr(importlib.import_module(self.module), name)
+        return fn
+
+    def outside_world(self) -> frozenset[str]:
+        return frozenset(name for name, hc in self.calls.items() if hc.outside)
+
+    def run_hook(self, which: str | None, run: RunContext) -> None:
+        if which is not None and self.applies_to(run):
+            self.function(which)(run)
