@@ -149,9 +149,9 @@ def _rank(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (prefix length, rank from the bottom)
     for index, rooms in enumerate(ORDER):
         for prefix in rooms:
-            if module == prefix or (prefix != "spearpy" and module.startswith(prefix + ".")):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), len(ORDER) - index)
+            inside = module == prefix or (prefix != "spearpy" and module.startswith(prefix + "."))
+            if inside and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), len(ORDER) - index)
     return None if best is None else best[1]
 
 
