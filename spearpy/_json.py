@@ -17,6 +17,8 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
 
+from spearpy.errors import SpearpyError
+
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted. Tool schemas and
 arguments in practice stay under ten; jsonschema validates 64 levels with a
@@ -29,7 +31,7 @@ GIL, per run. Honest documents (a completion, tool arguments, a schema) hold
 hundreds; 250 000 empty dicts are ~18 MB."""
 
 
-class StructureError(json.JSONDecodeError):
+class StructureError(SpearpyError, json.JSONDecodeError):
     """Refused before parsing: nested too deep, or too many arrays and objects."""
 
 

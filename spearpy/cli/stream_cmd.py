@@ -25,7 +25,7 @@ _RUN_PATH = re.compile(r"(.*?)/(?:v1/runs|api/v1/executions)/([^/]+)/?")  # full
 SUBPROTOCOL = "spear.stream.v1"
 
 
-class StreamError(click.ClickException):
+class _StreamFailed(click.ClickException):
     """The service refused or dropped the connection: exit 1 with its reason."""
 
 
@@ -66,9 +66,9 @@ def _session_url(url: str, service_token: str | None) -> str:
     try:
         response = httpx.post(endpoint, json={}, headers=headers, timeout=30, trust_env=False)
     except httpx.HTTPError as exc:
-        raise StreamError(f"cannot reach {endpoint}: {exc}") from None
+        raise _StreamFailed(f"cannot reach {endpoint}: {exc}") from None
     if response.status_code != 200:
-        raise StreamError(f"{endpoint}: {response.status_code} {_detail(response.text)}")
+        raise _StreamFailed(f"{endpoint}: {response.status_code} {_detail(response.text)}")
     ws_url: str = response.json()["ws_url"]
     return ws_url
 
@@ -97,10 +97,10 @@ async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str |
         ws = await connect(ws_url, subprotocols=[Subprotocol(SUBPROTOCOL)], compression=None,
                            proxy=None, max_size=None, additional_headers=headers)
     except InvalidStatus as exc:
-        raise StreamError(f"refused: {exc.response.status_code} "
+        raise _StreamFailed(f"refused: {exc.response.status_code} "
                           f"{_detail(bytes(exc.response.body or b''))}") from None
     except OSError as exc:
-        raise StreamError(f"cannot connect to {ws_url.split('?')[0]}: {exc}") from None
+        raise _StreamFailed(f"cannot connect to {ws_url.split('?')[0]}: {exc}") from None
     heard = asyncio.Event()  # set at every frame from the guest
 
     async def receive() -> None:
@@ -136,7 +136,7 @@ async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str |
             task.cancel()
         await ws.close()
     if ws.close_code not in (None, 1000, 1005):
-        raise StreamError(f"the service closed the stream: {ws.close_code} "
+        raise _StreamFailed(f"the service closed the stream: {ws.close_code} "
                           f"{ws.close_reason or ''}")
     if ws.close_reason:
         click.echo(f"spearpy stream: {ws.close_reason}", err=True)

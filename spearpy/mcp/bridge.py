@@ -26,7 +26,7 @@ from spearpy import _json, abi
 from spearpy.chat.params import resolve_limits
 from spearpy.chat.protocol import CallBudget, ToolOutcome
 from spearpy.chat.session import tool_error_content
-from spearpy.errors import HostInterrupt
+from spearpy.errors import HostInterrupt, SpearpyError
 
 if TYPE_CHECKING:
     from spearpy.chat.registry import Tool
@@ -39,7 +39,7 @@ POLL_S = 0.1
 STOPPED_MESSAGE = "the MCP server shut down"
 
 
-class BridgeClosed(Exception):
+class BridgeClosed(SpearpyError):
     """The guest can take no more calls: the server stopped or the run ended."""
 
 

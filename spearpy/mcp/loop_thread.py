@@ -17,6 +17,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from spearpy.errors import SpearpyError
+
 T = TypeVar("T")
 
 # How often a waiting caller looks at its cancel event. A result is returned
@@ -24,15 +26,15 @@ T = TypeVar("T")
 CANCEL_POLL_S = 0.02
 
 
-class BridgeTimeout(Exception):
+class BridgeTimeout(SpearpyError):
     """The caller's deadline passed before the coroutine finished."""
 
 
-class BridgeCancelled(Exception):
+class BridgeCancelled(SpearpyError):
     """The caller's cancel event was set before the coroutine finished."""
 
 
-class LoopClosed(RuntimeError):
+class LoopClosed(SpearpyError, RuntimeError):
     """The loop thread was stopped."""
 
 

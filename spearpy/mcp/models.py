@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spearpy.errors import SpearpyError
 from spearpy.mcp.naming import spear_tool_name
 
 
-class McpError(Exception):
+class McpError(SpearpyError):
     """A failure with one of the `results` codes, for the model to read."""
 
     def __init__(self, code: str, message: str) -> None:

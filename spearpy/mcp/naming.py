@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from spearpy.errors import SpearpyError
+
 PREFIX = "mcp__"
 COMPAT_PREFIX = "mcp."
 ALIAS_PREFIX = "mcp_h_"
@@ -29,7 +31,7 @@ OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 OPENAI_MAX_LEN = 64
 
 
-class ToolNameError(ValueError):
+class ToolNameError(SpearpyError, ValueError):
     """A name that looks like an MCP tool name but is not a valid one."""
 
 

@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from spearpy import abi
 from spearpy.chat.session import tool_error_content
+from spearpy.errors import SpearpyError
 from spearpy.mcp import wire
 from spearpy.mcp.bridge import BridgeClosed, GuestBridge, GuestTool
 
@@ -46,7 +47,7 @@ DEFAULT_START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 
 
-class ServeError(Exception):
+class ServeError(SpearpyError):
     """The guest cannot be served (it ended or hung before its first send)."""
 
 

@@ -32,6 +32,8 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from mcp_types import ErrorData, JSONRPCError, jsonrpc_message_adapter
 
+from spearpy.errors import SpearpyError
+
 OVERSIZE_CODE = -32099
 OVERSIZE_TAG = "spearpy: reply over the message limit"
 GARBAGE_LINES_LIMIT = 10_000
@@ -283,8 +285,8 @@ async def _stop(process: Process, info: TransportInfo) -> None:
                 await pipe.aclose()
 
 
-class ResponseTooLarge(httpx2.StreamError):
-    pass
+class ResponseTooLarge(SpearpyError, httpx2.StreamError):
+    """An MCP server's HTTP answer past its byte bound (an httpx stream error to the SDK)."""
 
 
 class _CappedStream(httpx2.AsyncByteStream):

@@ -17,13 +17,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from spearpy.errors import SpearpyError
 from spearpy.observe.redact import Redactor
 from spearpy.web.problems import problem_response
 
 _log = logging.getLogger("spearpy.serve")
 
 
-class Problem(Exception):
+class Problem(SpearpyError):
     """Raised by any handler to answer with a problem body. `slug` names the
     kind of problem (`urn:spearpy:problem:<slug>`); extra members go in `extra`."""
 
@@ -53,7 +54,7 @@ def exception_handlers(redactor: Redactor) -> dict[Any, Any]:
     return {Problem: on_problem, HTTPException: on_http}
 
 
-class ResponseFailed(RuntimeError):
+class ResponseFailed(SpearpyError, RuntimeError):
     """What reaches the server when a response failed after it began: the
     original, which may quote a secret, is in the service log, scrubbed."""
 

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from spearpy.errors import SpearpyError
 from spearpy.serve.store_rows import (
     COLUMNS,
     LISTED,
@@ -64,7 +65,7 @@ AfterCommit = Callable[[], None]
 _log = logging.getLogger("spearpy.serve")
 
 
-class StoreLocked(RuntimeError):
+class StoreLocked(SpearpyError, RuntimeError):
     """Another service already uses this state directory."""
 
 
