@@ -46,11 +46,11 @@ class _Drainer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # held while a FIFO is read: finish() waits for it
-        self._owners: dict[int, StreamCapture] = {}
+        self._owners: dict[int, OutputCapture] = {}
         self._pid = -1
         self._epoll: select.epoll | None = None
 
-    def add(self, fd: int, owner: StreamCapture) -> None:
+    def add(self, fd: int, owner: OutputCapture) -> None:
         with self._lock:
             if self._pid != os.getpid():  # first use, or a forked child: its own
                 self._pid = os.getpid()
@@ -86,7 +86,7 @@ _CHUNKS_PER_WAKE = 16  # 1 MiB
 _DRAINER = _Drainer() if hasattr(select, "epoll") else None
 
 
-class StreamCapture:
+class OutputCapture:
     """Paths for wasmtime to write a run's streams to, and what was written.
 
     `paths()` before the WASI config is built; `finish()` once the guest is

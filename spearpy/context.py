@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from spearpy.fds.base import Fd
     from spearpy.mcp.policy import TaskPolicy
     from spearpy.streams.hub import StreamHub
-    from spearpy.tools.host import HostTools
+    from spearpy.tools.sources import HostTools
 
 # A guest repeating a host bug must not flood the log with tracebacks.
 MAX_LOGGED_HOST_BUGS = 10

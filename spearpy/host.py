@@ -32,7 +32,7 @@ from spearpy.modload import LoadedModule, carry_over, compile_module, link
 from spearpy.observe.events import Event, EventSink
 from spearpy.outcome import RunResult
 from spearpy.secret_env import passed_through
-from spearpy.tools.host import HostTools, task_policy
+from spearpy.tools.sources import HostTools, task_policy
 
 # LoadedModule lives in modload.py; embedders and serve/ import it from here.
 __all__ = ["CLOSE_GRACE_S", "Host", "LoadedModule"]

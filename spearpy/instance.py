@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import wasmtime
 
 from spearpy import _native
-from spearpy.capture import StreamCapture
+from spearpy.capture import OutputCapture
 from spearpy.config import HostConfig
 from spearpy.context import RunContext, RunOptions, RunServices
 from spearpy.endings import (
@@ -46,7 +46,7 @@ class GuestRun(RunContext):
         self.store = wasmtime.Store(engine)
         super().__init__(config, options, services, GuestMemory(self.store, None))
         self.module = module
-        self._streams: StreamCapture | None = None
+        self._output: OutputCapture | None = None
         self._table: wasmtime.Table | None = None
         run_started(self)
 
@@ -96,8 +96,8 @@ class GuestRun(RunContext):
             # Paths, not stdout_custom: wasmtime-py's custom-output callbacks
             # can abort the process at interpreter exit (a tokio worker
             # starting during shutdown panics across the FFI boundary).
-            self._streams = StreamCapture(scratch)
-            paths = self._streams.paths()
+            self._output = OutputCapture(scratch)
+            paths = self._output.paths()
             wasi.stdout_file = str(paths["stdout"])
             wasi.stderr_file = str(paths["stderr"])
         else:
@@ -170,7 +170,7 @@ class GuestRun(RunContext):
             _native.enter_run(previous)
 
     def _collect_output(self) -> None:
-        streams, self._streams = self._streams, None
+        streams, self._output = self._output, None
         if streams is None:
             return
         guest = streams.finish()

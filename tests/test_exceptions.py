@@ -33,7 +33,7 @@ CLASSES = _classes()
 
 
 def _is_exception(name: str, seen: frozenset[str] = frozenset()) -> bool:
-    if name in _BUILTIN_EXCEPTIONS or name.endswith(("Error", "Exception")) and "." in name:
+    if name in _BUILTIN_EXCEPTIONS or (name.endswith(("Error", "Exception")) and "." in name):
         return True
     if name not in CLASSES or name in seen:
         return False

@@ -24,8 +24,8 @@ from spearpy.driver.send import run_send
 from spearpy.errors import HostInterrupt
 from spearpy.hostcalls import FAMILIES, chat, fd, system
 from spearpy.testing.context import BytesMemory, fake_context
-from spearpy.tools.host import HostTools
 from spearpy.tools.python import PythonTools
+from spearpy.tools.sources import HostTools
 
 SCRIPT = {
     "rules": [

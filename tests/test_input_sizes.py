@@ -20,7 +20,7 @@ import pytest
 import wasmtime
 
 from spearpy import abi
-from spearpy.backends.streaming import SSEDecoder
+from spearpy.backends.sse import SSEDecoder
 from spearpy.context import RunOptions
 from spearpy.testing import ScriptedServer
 from tests.probe import Probe, wat_module

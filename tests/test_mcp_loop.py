@@ -93,7 +93,7 @@ def send(host: Host, script: dict[str, Any], *, params: dict[str, Any] | None = 
 
 
 def _task(params: dict[str, Any]) -> Any:
-    from spearpy.tools.host import task_policy
+    from spearpy.tools.sources import task_policy
 
     return task_policy(params)
 

@@ -1,6 +1,6 @@
 """Hostile streams: an upstream's Server-Sent Events, well-formed or not, cut
 anywhere, either assemble into exactly the body their events describe or end
-in a StreamError that says why; nothing else escapes.
+in a SseError that says why; nothing else escapes.
 
 The generator writes real SSE (`data:` lines carrying JSON chunks, partial or
 malformed ones, non-objects, error events, `[DONE]`, other fields and
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from spearpy.backends.streaming import AnthropicStream, OpenAIStream, SSEDecoder, StreamError
+from spearpy.backends.sse import AnthropicStream, OpenAIStream, SSEDecoder, SseError
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 JUNK = st.one_of(
@@ -181,7 +181,7 @@ def test_hostile_openai_streams_assemble_or_fail_cleanly(
     deltas: list[str] = []
     assembler = OpenAIStream(deltas.append)
     if expected.error is not None:
-        with pytest.raises(StreamError) as raised:
+        with pytest.raises(SseError) as raised:
             for payload in payloads:
                 assembler.event(payload)
         assert str(raised.value) == expected.error[:1000]
@@ -192,7 +192,7 @@ def test_hostile_openai_streams_assemble_or_fail_cleanly(
     assert assembler.done == expected.done
     assert deltas == [t for t in expected.texts if t]
     if not expected.chunks:
-        with pytest.raises(StreamError, match="no completion chunk"):
+        with pytest.raises(SseError, match="no completion chunk"):
             assembler.body()
         event("no chunk")
         return
@@ -222,7 +222,7 @@ def test_hostile_anthropic_streams_assemble_or_fail_cleanly(
         assembler.event(block)
     errors = [m[1] for m in meanings if m[0] == "error"]
     if errors:
-        with pytest.raises(StreamError) as raised:
+        with pytest.raises(SseError) as raised:
             for payload in payloads:
                 assembler.event(payload)
         assert str(raised.value) == errors[0][:1000]
@@ -235,7 +235,7 @@ def test_hostile_anthropic_streams_assemble_or_fail_cleanly(
     assert assembler.done == any(m[0] == "done" for m in meanings)
     starts = [i for i, m in enumerate(meanings) if m[0] == "start"]
     if not starts:
-        with pytest.raises(StreamError, match="no message_start"):
+        with pytest.raises(SseError, match="no message_start"):
             assembler.body()
         event("no message_start")
         return
@@ -243,7 +243,7 @@ def test_hostile_anthropic_streams_assemble_or_fail_cleanly(
     try:
         tool_input = json.loads(arguments) if arguments.strip() else {}
     except ValueError:
-        with pytest.raises(StreamError, match="tool_use block 1 streamed arguments"):
+        with pytest.raises(SseError, match="tool_use block 1 streamed arguments"):
             assembler.body()
         event("tool arguments not JSON")
         return

@@ -20,7 +20,7 @@ from typing import Any
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import DecodeError, HTTPBackend
-from spearpy.backends.streaming import AnthropicStream, DeltaSink
+from spearpy.backends.sse import AnthropicStream, DeltaSink
 from spearpy.chat.protocol import JSONDict
 from spearpy.secret_env import ANTHROPIC_KEY_ENV
 

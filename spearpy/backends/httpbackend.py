@@ -29,11 +29,11 @@ import tenacity
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.quirks import QuirkProfile, quirk_profile
-from spearpy.backends.streaming import (
+from spearpy.backends.sse import (
     DeltaGuard,
     DeltaSink,
+    SseError,
     StreamAssembler,
-    StreamError,
     StreamReader,
 )
 from spearpy.backends.wire import TransportWrapper, Wire, WireResponse
@@ -292,7 +292,7 @@ class HTTPBackend(abc.ABC):
         except httpx.ConnectError as exc:
             return self._fail(request, "upstream_unreachable",
                               f"cannot connect to {self._url}: {_reason(exc)}", retryable=True)
-        except StreamError as exc:  # an error event in the middle of the stream
+        except SseError as exc:  # an error event in the middle of the stream
             return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc))
         except httpx.HTTPError as exc:
             # Reset connections and truncated bodies: nothing usable arrived.
@@ -301,7 +301,7 @@ class HTTPBackend(abc.ABC):
         if stream is not None:
             try:
                 streamed = stream.finish()
-            except StreamError as exc:
+            except SseError as exc:
                 return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc), status)
             return self._interpret(request, status, headers, b"", streamed)
         return self._interpret(request, status, headers, self._scrubber.raw(bytes(raw)))

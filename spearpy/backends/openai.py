@@ -12,7 +12,7 @@ import httpx
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, error_details
-from spearpy.backends.streaming import DeltaSink, OpenAIStream
+from spearpy.backends.sse import DeltaSink, OpenAIStream
 from spearpy.chat.protocol import JSONDict
 from spearpy.secret_env import OPENAI_KEY_ENV
 

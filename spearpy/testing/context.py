@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from spearpy.config import HostConfig
 from spearpy.context import RunContext, RunOptions, RunServices
 from spearpy.memory import GuestFault, GuestMemory
-from spearpy.tools.host import HostTools
+from spearpy.tools.sources import HostTools
 
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from spearpy import abi
 from spearpy.backends.scripted.streamed import anthropic_events, openai_events
-from spearpy.backends.streaming import AnthropicStream, OpenAIStream, SSEDecoder
+from spearpy.backends.sse import AnthropicStream, OpenAIStream, SSEDecoder
 from spearpy.context import RunOptions
 from spearpy.host import Host
 from spearpy.observe import events as ev

@@ -48,7 +48,7 @@ class SSEDecoder:
         self._after_cr = False  # a CR ended the last chunk: a LF opening this one is its pair
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """The payloads of the events this chunk completes; StreamError for an
+        """The payloads of the events this chunk completes; SseError for an
         event past MAX_EVENT_BYTES."""
         if self._after_cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
@@ -84,13 +84,13 @@ class SSEDecoder:
         return done
 
 
-class StreamError(SpearpyError):
+class SseError(SpearpyError):
     """A stream that cannot become a completion (an error event, no chunk)."""
 
 
 def _check_event(size: int) -> None:
     if size > MAX_EVENT_BYTES:
-        raise StreamError(f"the upstream sent an event of more than {MAX_EVENT_BYTES} bytes")
+        raise SseError(f"the upstream sent an event of more than {MAX_EVENT_BYTES} bytes")
 
 
 class OpenAIStream:
@@ -115,7 +115,7 @@ class OpenAIStream:
         if chunk is None:
             return
         if isinstance(chunk.get("error"), dict):
-            raise StreamError(_error_text(chunk["error"]))
+            raise SseError(_error_text(chunk["error"]))
         self._chunks += 1
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk and key not in self._head:
@@ -166,7 +166,7 @@ class OpenAIStream:
 
     def body(self) -> JSONDict:
         if not self._chunks:
-            raise StreamError("the upstream stream carried no completion chunk")
+            raise SseError("the upstream stream carried no completion chunk")
         message: JSONDict = {"role": self._role,
                              "content": "".join(self._text) if self._text else None}
         if self._calls:
@@ -199,7 +199,7 @@ class AnthropicStream:
         kind = event.get("type")
         if kind == "error":
             error = event.get("error")
-            raise StreamError(_error_text(error if isinstance(error, dict) else {}))
+            raise SseError(_error_text(error if isinstance(error, dict) else {}))
         if kind == "message_start" and isinstance(event.get("message"), dict):
             self._message = dict(event["message"])
             self._message["content"] = []
@@ -234,7 +234,7 @@ class AnthropicStream:
 
     def body(self) -> JSONDict:
         if self._message is None:
-            raise StreamError("the upstream stream carried no message_start event")
+            raise SseError("the upstream stream carried no message_start event")
         for index in sorted(self._blocks):
             block = self._blocks[index]
             if block.get("type") == "tool_use" and index in self._json:
@@ -242,7 +242,7 @@ class AnthropicStream:
                 try:
                     block["input"] = _json.loads(text) if text.strip() else {}
                 except (ValueError, RecursionError):
-                    raise StreamError(f"tool_use block {index} streamed arguments that are "
+                    raise SseError(f"tool_use block {index} streamed arguments that are "
                                       "not JSON") from None
             self._message["content"].append(block)
         return self._message
