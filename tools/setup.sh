@@ -7,8 +7,9 @@
 #                                rustc libstd-rust-dev-wasm32 cargo, through apt-get), Debian's
 #                                chromium for the service page's browser test (driven by
 #                                Playwright, which downloads no browser), espeak-ng (the mic
-#                                tests' speech WAVs) and the [ray] extra
-#                                for the batch-on-Ray tests
+#                                tests' speech WAVs), postgresql (the journal store tests
+#                                start a server of their own), and the [ray] and [postgres]
+#                                extras for the batch-on-Ray and journal tests
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -22,13 +23,14 @@ for arg in "$@"; do
 done
 
 APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc libstd-rust-dev-wasm32 cargo
-              chromium espeak-ng)
+              chromium espeak-ng postgresql)
 
 toolchains_present() {
     command -v clang >/dev/null && command -v wasm-ld >/dev/null \
         && [ -f /usr/lib/wasm32-wasi/libc.a ] && [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] \
         && [ -d /usr/lib/rustlib/wasm32-wasi ] && [ -d /usr/lib/rustlib/wasm32-unknown-unknown ] \
-        && [ -x /usr/bin/chromium ] && command -v espeak-ng >/dev/null
+        && [ -x /usr/bin/chromium ] && command -v espeak-ng >/dev/null \
+        && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
 if [ $TOOLCHAINS = 1 ] && ! toolchains_present; then
@@ -49,7 +51,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 EXTRAS="dev,otel"
-[ $TOOLCHAINS = 1 ] && EXTRAS="$EXTRAS,ray"
+[ $TOOLCHAINS = 1 ] && EXTRAS="$EXTRAS,ray,postgres"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 # An editable install leaves spearpy's own modules uncompiled (pip compiles a
 # regular install), and where PYTHONDONTWRITEBYTECODE is set Python never

@@ -1,0 +1,348 @@
+"""The journal's records: one table of kinds, one encoding, one decoding.
+
+A journal is an ordered list of records, one JSON object each (one line in a
+file), numbered by `seq` from 0:
+
+```
+{"seq":0,"kind":"start","format":1,"spearpy":"0.1.0","module_sha256":"...",
+ "argv":[...],"env_names":[...],"stdin_sha256":"...","stdin_length":5,
+ "stdin_base64":"aGVsbG8=","limits":{...},"flags":{...}}
+{"seq":1,"kind":"system.time_now_ms","request":null,"answer":1717171717171}
+{"seq":2,"kind":"chat.completion","request_sha256":"...","answer":{...}}
+{"seq":3,"kind":"wasi.random_get","request":{"len":8},"answer_base64":"..."}
+{"seq":4,"kind":"tool.outcome","request":{"source":"mcp","name":"add",
+ "arguments_sha256":"..."},"answer":{...}}
+{"seq":5,"kind":"end","outcome":"exited","exit_code":0}
+```
+
+The key says the form, so no value can pose as another: `request` holds the
+request itself, `request_sha256` its digest (always for a kind that digests
+it, and for any request over REQUEST_INLINE_MAX bytes); a field a kind
+digests is stored as `<field>_sha256`; `answer` is JSON, `answer_base64`
+bytes, `answer_sha256` the digest of an output that is checked, not served.
+Digests are sha256 of canonical JSON (sorted keys, no spaces, ASCII).
+Lines are ASCII (`\\u` escapes), so every store keeps them as plain text.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from spearpy import __version__, _json
+from spearpy.journal.errors import JournalCorrupt, JournalError
+from spearpy.observe.scrub import SecretScrubber
+
+FORMAT_VERSION = 1
+START = "start"
+END = "end"
+REQUEST_INLINE_MAX = 4096
+"""A request whose canonical JSON is longer is stored as its sha256: replay
+compares it whole, and the journal does not grow by what the guest sent."""
+STDIN_STORED_MAX = 1 << 20
+"""Longer stdin is stored as its digest only: a resume must be given it again."""
+MAX_OUTCOME_CHARS = 64
+"""An end record stays small, so it is written even when the journal is full."""
+
+
+class Codec(StrEnum):
+    """How a kind's answer is stored."""
+
+    JSON = "json"
+    INT = "int"
+    FLOAT = "float"
+    BYTES = "bytes"  # base64 in `answer_base64`
+    DIGEST = "digest"  # checked, not served: its sha256 in `answer_sha256`
+
+
+_ANSWER_KEY = {Codec.JSON: "answer", Codec.INT: "answer", Codec.FLOAT: "answer",
+               Codec.BYTES: "answer_base64", Codec.DIGEST: "answer_sha256"}
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of outside-world answer the guest observes."""
+
+    name: str
+    answer: Codec = Codec.JSON
+    digest_request: bool = False  # the whole request kept as its sha256
+    digest_fields: tuple[str, ...] = ()  # these request fields kept as <field>_sha256
+    replayed: bool = True  # False: re-executed on replay, its answer only checked
+
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+    Kind("system.time_now_ms", Codec.INT),
+    Kind("system.wall_time_s", Codec.FLOAT),
+    Kind("system.random_i64", Codec.INT),
+    Kind("wasi.clock_time_get", Codec.INT),
+    Kind("wasi.random_get", Codec.BYTES),
+    Kind("chat.completion", digest_request=True),
+    Kind("tool.outcome", digest_fields=("arguments",)),
+    Kind("guest_tool.output", Codec.DIGEST, digest_fields=("arguments",), replayed=False),
+    Kind("fd.epoll_ready"),
+    Kind("stream.frame", Codec.BYTES),
+    Kind("mic.frame", Codec.BYTES),
+    Kind("rtasr.event"),
+)}
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Step 0: what the run was started with. Environment names, never values."""
+
+    module_sha256: str
+    argv: tuple[str, ...]
+    env_names: tuple[str, ...]
+    stdin_sha256: str
+    stdin_length: int
+    stdin: bytes | None  # None: longer than STDIN_STORED_MAX, or it held a secret
+    limits: dict[str, Any] = field(default_factory=dict)
+    flags: dict[str, Any] = field(default_factory=dict)
+    spearpy_version: str = __version__
+    format_version: int = FORMAT_VERSION
+    seq: int = 0
+    kind: str = START
+
+    @classmethod
+    def of_run(cls, *, module: bytes, argv: Iterable[str], env: Iterable[str], stdin: bytes,
+               limits: dict[str, Any], flags: dict[str, Any],
+               scrubber: SecretScrubber) -> Start:
+        """The start record of a run. `env` may be the environment itself:
+        iterating a mapping gives its names, and only names are kept."""
+        held = stdin if len(stdin) <= STDIN_STORED_MAX and _scrub_bytes(stdin, scrubber) is stdin \
+            else None
+        return cls(module_sha256=hashlib.sha256(module).hexdigest(),
+                   argv=tuple(scrubber.text(str(a)) for a in argv),
+                   env_names=tuple(sorted({str(name) for name in env})),
+                   stdin_sha256=hashlib.sha256(stdin).hexdigest(), stdin_length=len(stdin),
+                   stdin=held, limits=scrubber.value(limits), flags=scrubber.value(flags))
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """An answer from the outside world, in its stored form (see make_step)."""
+
+    seq: int
+    kind: str
+    request: Any = None
+    request_sha256: str | None = None  # instead of `request`
+    answer: Any = None  # bytes for BYTES kinds, the sha256 hex for DIGEST kinds
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    seq: int
+    outcome: str
+    exit_code: int
+    kind: str = END
+
+
+Record = Start | Step | End
+
+
+def kind_of(name: str) -> Kind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise JournalError(f"unknown journal kind {name!r} (known: {', '.join(KINDS)})") from None
+
+
+def canonical(value: Any) -> bytes:
+    try:
+        return _CANONICAL.encode(value).encode("ascii")
+    except (TypeError, ValueError) as exc:
+        raise JournalError(f"not JSON: {exc}") from exc
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def stored_request(kind: Kind, request: Any, scrubber: SecretScrubber) -> tuple[Any, str | None]:
+    """(request, None) or (None, its sha256), as a step of `kind` stores it:
+    scrubbed, its digested fields replaced. Replay compares these forms."""
+    value = scrubber.value(request)
+    if kind.digest_fields and isinstance(value, dict):
+        value = {(f"{k}_sha256" if k in kind.digest_fields else k):
+                 (sha256_json(v) if k in kind.digest_fields else v) for k, v in value.items()}
+    encoded = canonical(value)
+    if kind.digest_request or len(encoded) > REQUEST_INLINE_MAX:
+        return None, hashlib.sha256(encoded).hexdigest()
+    return value, None
+
+
+def stored_answer(kind: Kind, answer: Any, scrubber: SecretScrubber) -> Any:
+    codec = kind.answer
+    if codec is Codec.JSON:
+        return scrubber.value(answer)
+    if codec is Codec.INT and type(answer) is int:
+        return answer
+    if codec is Codec.FLOAT and type(answer) in (int, float):
+        return float(answer)
+    if codec is Codec.BYTES and isinstance(answer, bytes | bytearray | memoryview):
+        return _scrub_bytes(bytes(answer), scrubber)
+    if codec is Codec.DIGEST:
+        if isinstance(answer, bytes | bytearray | memoryview):
+            return hashlib.sha256(_scrub_bytes(bytes(answer), scrubber)).hexdigest()
+        return sha256_json(scrubber.value(answer))
+    raise JournalError(f"a {kind.name} answer is {codec.value}, not {type(answer).__name__}")
+
+
+def make_step(seq: int, kind_name: str, request: Any, answer: Any,
+              scrubber: SecretScrubber) -> Step:
+    kind = kind_of(kind_name)
+    inline, digest = stored_request(kind, request, scrubber)
+    return Step(seq, kind.name, inline, digest, stored_answer(kind, answer, scrubber))
+
+
+def _scrub_bytes(data: bytes, scrubber: SecretScrubber) -> bytes:
+    """The bytes with every secret spelling removed; the same object when none.
+    Base64 would hide a secret from any later scrub, so this runs first."""
+    if not scrubber:
+        return data
+    text = data.decode("utf-8", "surrogateescape")
+    cleaned = scrubber.text(text)
+    return data if cleaned == text else cleaned.encode("utf-8", "surrogateescape")
+
+
+# ---- encoding ---------------------------------------------------------------------
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+# Keys in insertion order (seq, kind first, for a reader of the file); ASCII so
+# no store has to care about encodings, and no raw newline can end a line early.
+_LINE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+
+
+def encode(record: Record) -> bytes:
+    """The record as one line of ASCII JSON, without the newline."""
+    obj: dict[str, Any] = {"seq": record.seq, "kind": record.kind}
+    if isinstance(record, Step):
+        kind = kind_of(record.kind)
+        if record.request_sha256 is not None:
+            obj["request_sha256"] = record.request_sha256
+        else:
+            obj["request"] = record.request
+        answer = record.answer
+        if kind.answer is Codec.BYTES:
+            answer = base64.b64encode(answer).decode("ascii")
+        obj[_ANSWER_KEY[kind.answer]] = answer
+    elif isinstance(record, Start):
+        obj.update(format=record.format_version, spearpy=record.spearpy_version,
+                   module_sha256=record.module_sha256, argv=list(record.argv),
+                   env_names=list(record.env_names), stdin_sha256=record.stdin_sha256,
+                   stdin_length=record.stdin_length,
+                   stdin_base64=None if record.stdin is None
+                   else base64.b64encode(record.stdin).decode("ascii"),
+                   limits=record.limits, flags=record.flags)
+    else:
+        obj.update(outcome=record.outcome, exit_code=record.exit_code)
+    try:
+        return _LINE.encode(obj).encode("ascii")
+    except (TypeError, ValueError) as exc:
+        raise JournalError(f"step {record.seq} ({record.kind}) is not JSON: {exc}") from exc
+
+
+def decode(line: bytes | str) -> Record:
+    """A record from its line; JournalCorrupt saying what is wrong with it."""
+    try:
+        obj = _json.loads(line, max_containers=None)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JournalCorrupt(f"not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise JournalCorrupt("not a JSON object")
+    fields = _Fields(obj)
+    seq, name = fields.take("seq", int), fields.take("kind", str)
+    if seq < 0:
+        raise JournalCorrupt(f"negative seq {seq}")
+    record: Record
+    if name == START:
+        record = _decode_start(fields)
+    elif name == END:
+        record = End(seq, fields.take("outcome", str), fields.take("exit_code", int))
+    else:
+        record = _decode_step(seq, name, fields)
+    fields.done()
+    return record
+
+
+def _decode_start(fields: _Fields) -> Start:
+    version = fields.take("format", int)
+    if version > FORMAT_VERSION:
+        raise JournalCorrupt(f"journal format {version} is newer than this spearpy reads "
+                             f"({FORMAT_VERSION})")
+    stdin = fields.take("stdin_base64", str, optional=True)
+    return Start(spearpy_version=fields.take("spearpy", str),
+                 module_sha256=fields.take("module_sha256", str),
+                 argv=tuple(fields.take_strings("argv")),
+                 env_names=tuple(fields.take_strings("env_names")),
+                 stdin_sha256=fields.take("stdin_sha256", str),
+                 stdin_length=fields.take("stdin_length", int),
+                 stdin=None if stdin is None else _b64(stdin),
+                 limits=fields.take("limits", dict), flags=fields.take("flags", dict),
+                 format_version=version)
+
+
+def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
+    kind = KINDS.get(name)
+    if kind is None:
+        raise JournalCorrupt(f"unknown kind {name!r}")
+    digest = fields.take("request_sha256", str, optional=True)
+    request = None if digest is not None else fields.take_any("request")
+    key = _ANSWER_KEY[kind.answer]
+    answer: Any
+    if kind.answer is Codec.BYTES:
+        answer = _b64(fields.take(key, str))
+    elif kind.answer is Codec.DIGEST:
+        answer = fields.take(key, str)
+    elif kind.answer is Codec.INT:
+        answer = fields.take(key, int)
+    elif kind.answer is Codec.FLOAT:
+        answer = fields.take(key, float)
+    else:
+        answer = fields.take_any(key)
+    return Step(seq, name, request, digest, answer)
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise JournalCorrupt("a base64 field is not base64") from None
+
+
+class _Fields:
+    """Takes an object's fields by name and type; any left over is an error
+    (a journal must be exact: nothing in it may be ignored)."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self._obj = dict(obj)
+
+    def take_any(self, key: str) -> Any:
+        if key not in self._obj:
+            raise JournalCorrupt(f"no {key!r}")
+        return self._obj.pop(key)
+
+    def take(self, key: str, kind: type[Any], *, optional: bool = False) -> Any:
+        value = self._obj.pop(key, None)
+        if value is None and optional:
+            return None
+        # bool is an int to Python, never to the journal
+        if type(value) is not kind and not (kind is float and type(value) is int):
+            raise JournalCorrupt(f"{key!r} is not {kind.__name__}")
+        return float(value) if kind is float else value
+
+    def take_strings(self, key: str) -> list[str]:
+        value = self.take(key, list)
+        if not all(isinstance(item, str) for item in value):
+            raise JournalCorrupt(f"{key!r} is not a list of strings")
+        return value  # type: ignore[no-any-return]
+
+    def done(self) -> None:
+        if self._obj:
+            raise JournalCorrupt(f"unexpected field(s) {', '.join(map(repr, self._obj))}")

@@ -1,0 +1,51 @@
+"""A journal as lines for a terminal: seq, kind, a short summary per record.
+
+What a record holds came from the outside world (a model, a tool, a user
+stream): every summary goes through _term.one_line, so its control
+characters are shown escaped, never obeyed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from spearpy._term import one_line
+from spearpy.journal.records import Codec, End, Record, Start, kind_of
+
+SUMMARY_CHARS = 100
+
+
+def lines(records: Iterable[Record]) -> Iterator[str]:
+    """One line per record, as `spearpy show JOURNAL` prints them."""
+    for record in records:
+        yield f"{record.seq:>6}  {one_line(record.kind, 40):<20}  {summary(record)}"
+
+
+def summary(record: Record) -> str:
+    if isinstance(record, Start):
+        stdin = f"{record.stdin_length} bytes" + ("" if record.stdin is not None
+                                                  else ", not stored")
+        text = (f"module {record.module_sha256[:12]}, argv {_json(list(record.argv))}, "
+                f"stdin {stdin}, {len(record.env_names)} env names, flags {_json(record.flags)}, "
+                f"spearpy {record.spearpy_version}")
+    elif isinstance(record, End):
+        text = f"{record.outcome}, exit code {record.exit_code}"
+    else:
+        codec = kind_of(record.kind).answer
+        request = f"sha256 {record.request_sha256[:12]}" if record.request_sha256 \
+            else _json(record.request)
+        if codec is Codec.BYTES:
+            answer = f"{len(record.answer)} bytes"
+        elif codec is Codec.DIGEST:
+            answer = f"sha256 {str(record.answer)[:12]} (checked)"
+        else:
+            answer = _json(record.answer)
+        text = answer if record.request is None and record.request_sha256 is None \
+            else f"{request} -> {answer}"
+    return one_line(text, SUMMARY_CHARS)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
