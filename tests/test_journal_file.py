@@ -21,21 +21,33 @@ from spearpy.journal import (
     Step,
     SyncPolicy,
 )
+from spearpy.journal.records import hostcall_answer
+from spearpy.observe.scrub import SecretScrubber
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 6
+RANDOM = {"call": "system.random_i64", "args": []}
+
+
+def _random(n: int) -> dict[str, object]:
+    return hostcall_answer(n, [], 0.0, SecretScrubber())
+
+
+def _random_line(seq: int, n: int) -> bytes:
+    return (b'{"seq":%d,"kind":"hostcall","request":{"call":"system.random_i64","args":[]},'
+            b'"answer":{"rc":%d,"writes":[],"t":0.0}}' % (seq, n))
 
 
 def _write(store: FileJournalStore, journal_id: str = "run", steps: int = STEPS) -> Path:
     with JournalWriter.open(store, journal_id) as journal:
         journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
         for i in range(steps):
-            journal.append("system.random_i64", None, i)
+            journal.append("hostcall", RANDOM, _random(i))
     return store.path_of(journal_id)
 
 
 def _answers(store: FileJournalStore) -> list[int]:
-    return [r.answer for r in store.records("run") if isinstance(r, Step)]
+    return [r.answer["rc"] for r in store.records("run") if isinstance(r, Step)]
 
 
 def _corrupt_line(data: bytes, number: int) -> bytes:
@@ -44,9 +56,9 @@ def _corrupt_line(data: bytes, number: int) -> bytes:
     return b"\n".join(lines)
 
 
-@pytest.mark.parametrize("tail", [b'{"seq":7,"kind":"system.ran', b"\0" * 300,
-                                  b'{"seq":7,"kind":"system.random_i64","request":null,'
-                                  b'"answer":7}'])  # whole but for its newline
+@pytest.mark.parametrize("tail", [b'{"seq":7,"kind":"hostcall","request":{"call":"sys',
+                                  b"\0" * 300,
+                                  _random_line(7, 7)])  # whole but for its newline
 def test_a_torn_tail_alone_is_dropped_and_cut_off(tmp_path: Path, tail: bytes) -> None:
     store = FileJournalStore(tmp_path)
     path = _write(store)
@@ -56,10 +68,9 @@ def test_a_torn_tail_alone_is_dropped_and_cut_off(tmp_path: Path, tail: bytes) -
     assert path.read_bytes().endswith(tail)
     with JournalWriter.open(store, "run") as journal:
         assert journal.next_seq == STEPS + 1
-        journal.append("system.random_i64", None, 99)
+        journal.append("hostcall", RANDOM, _random(99))
     assert _answers(store) == [*range(STEPS), 99]  # the new record starts a line of its own
-    assert path.read_bytes() == \
-        whole + b'{"seq":7,"kind":"system.random_i64","request":null,"answer":99}\n'
+    assert path.read_bytes() == whole + _random_line(7, 99) + b"\n"
 
 
 @pytest.mark.parametrize("line", [2, 4, STEPS + 1])
@@ -119,6 +130,8 @@ def test_a_failed_append_leaves_no_half_line(tmp_path: Path) -> None:
         import resource, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from spearpy.journal import FileJournalStore, JournalError, JournalWriter
+        from spearpy.journal.records import hostcall_answer
+        from spearpy.observe.scrub import SecretScrubber
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
         store = FileJournalStore({str(tmp_path)!r})
         journal = JournalWriter.open(store, "run")
@@ -127,11 +140,12 @@ def test_a_failed_append_leaves_no_half_line(tmp_path: Path) -> None:
         _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, hard))
         try:
-            journal.append("rtasr.event", None, {{"text": "x" * 500}})
+            journal.append("tool.outcome", None, {{"text": "x" * 500}})
         except JournalError as exc:
             print("refused:", exc)
         resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-        journal.append("system.random_i64", None, 1)
+        journal.append("hostcall", {{"call": "system.random_i64", "args": []}},
+                       hostcall_answer(1, [], 0.0, SecretScrubber()))
         journal.close()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -159,8 +173,8 @@ def test_every_fsync_policy_writes_the_same_journal(tmp_path: Path, sync: SyncPo
     store = FileJournalStore(tmp_path)
     with JournalWriter.open(store, "run", sync=sync) as journal:
         journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
-        journal.append("system.random_i64", None, 5)
+        journal.append("hostcall", RANDOM, _random(5))
         journal.sync()
         journal.end("exited", 0)
-    assert [r.kind for r in store.records("run")] == ["start", "system.random_i64", "end"]
+    assert [r.kind for r in store.records("run")] == ["start", "hostcall", "end"]
     assert [(j.id, j.ended) for j in store.list()] == [("run", True)]

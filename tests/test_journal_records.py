@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +30,54 @@ from spearpy.journal import (
     decode,
     encode,
 )
-from spearpy.journal.records import REQUEST_INLINE_MAX, Codec, make_step
+from spearpy.journal.records import (
+    REQUEST_INLINE_MAX,
+    Codec,
+    hostcall_answer,
+    hostcall_writes,
+    make_step,
+)
 from spearpy.observe.scrub import SecretScrubber
 
 NO_SECRETS = SecretScrubber()
 
+
+def hostcall(call: str, *args: int, rc: int | None = 0,
+             writes: tuple[tuple[int, bytes], ...] = (), t: float = 0.0) -> tuple[Any, Any]:
+    """A hostcall step's (request, answer), as the hostcall-family seam makes them."""
+    return {"call": call, "args": list(args)}, hostcall_answer(rc, writes, t, NO_SECRETS)
+
+
+# What the outside world answers through hostcalls, one of each shape: a value
+# returned, bytes written (one or several writes), no return value at all.
+HOSTCALLS: dict[str, tuple[Any, Any]] = {
+    "time_now_ms": hostcall("system.time_now_ms", rc=1_717_171_717_171, t=0.25),
+    "wall_time_s": hostcall("system.wall_time_s", rc=1_717_171_717),
+    "random_i64": hostcall("system.random_i64", rc=-(1 << 63)),
+    "clock_time_get": hostcall("wasi.clock_time_get", 1, 1000, 4096,
+                               writes=((4096, (123_456_789_000).to_bytes(8, "little")),)),
+    "random_get": hostcall("wasi.random_get", 4096, 6, writes=((4096, b"\x00\xff\n{\"x"),)),
+    "epoll_wait": hostcall("fd.spear_epoll_wait", 7, 8192, 4, 100, rc=2,
+                           writes=((8192, struct.pack("<4I", 5, 1, 9, 4)),),
+                           t=1234.5),
+    "stream_read": hostcall("user_streams.user_stream_read", 11, 4096, 64, rc=7,
+                            writes=((4096, b"\x01\x02frame"),)),
+    "mic_read": hostcall("mic.mic_read", 12, 4096, 4, rc=4,
+                         writes=((4096, b"\x00\x01\x00\x02"),)),
+    "rtasr_read": hostcall("rtasr.rtasr_read", 13, 4096, 8192, rc=0, writes=(
+        (4096, b'{"type":"transcript.delta","text":"hel"}'), (8192, (40).to_bytes(4, "little")))),
+    "sleep_ms": hostcall("system.sleep_ms", 50, rc=None),
+}
+
 # A representative (request, answer) per kind, as the seam will pass them.
 SAMPLES: dict[str, tuple[Any, Any]] = {
-    "system.time_now_ms": (None, 1_717_171_717_171),
-    "system.wall_time_s": (None, 1717171717.25),
-    "system.random_i64": (None, -(1 << 63)),
-    "wasi.clock_time_get": ({"clock_id": 1, "precision": 1000}, 123_456_789_000),
-    "wasi.random_get": ({"len": 6}, b"\x00\xff\n{\"x"),
+    "hostcall": HOSTCALLS["random_get"],
     "chat.completion": ({"model": "m", "messages": [{"role": "user", "content": "hi"}]},
                         {"choices": [{"message": {"role": "assistant", "content": "héllo\n"}}],
                          "usage": {"total_tokens": 3}}),
     "tool.outcome": ({"source": "mcp:calc", "name": "add", "arguments": {"a": 1, "b": 2}},
                      {"ok": True, "output": "3"}),
     "guest_tool.output": ({"name": "lookup", "arguments": {"q": "x"}}, "the guest's output"),
-    "fd.epoll_ready": ({"epfd": 7, "timeout_ms": 100}, [[5, 1], [9, 4]]),
-    "stream.frame": ({"fd": 11}, b"\x01\x02frame"),
-    "mic.frame": ({"fd": 12, "bytes": 4}, b"\x00\x01\x00\x02"),
-    "rtasr.event": ({"fd": 13}, {"type": "transcript.delta", "text": "hel"}),
 }
 
 
@@ -66,7 +93,21 @@ def test_each_kind_round_trips(kind: str) -> None:
     assert b"\n" not in line and line.isascii()
     assert decode(line) == step
     if KINDS[kind].answer is not Codec.DIGEST:
-        assert step.answer == answer  # stored as given, bytes as bytes
+        assert step.answer == answer  # stored as given
+
+
+@pytest.mark.parametrize("name", sorted(HOSTCALLS))
+def test_each_hostcall_round_trips(name: str) -> None:
+    request, answer = HOSTCALLS[name]
+    step = make_step(4, "hostcall", request, answer, NO_SECRETS)
+    line = encode(step)
+    assert b"\n" not in line and line.isascii()
+    decoded = decode(line)
+    assert decoded == step
+    assert isinstance(decoded, Step) and decoded.request == request
+    assert (decoded.answer["rc"], decoded.answer["t"]) == (answer["rc"], answer["t"])
+    assert hostcall_writes(decoded.answer) == [
+        (address, base64.b64decode(text)) for address, text in answer["writes"]]
 
 
 def test_start_and_end_round_trip() -> None:
@@ -90,9 +131,16 @@ def test_the_format_is_pinned() -> None:
     assert encode(step) == (b'{"seq":2,"kind":"tool.outcome","request":{"source":"py",'
                             b'"name":"add","arguments_sha256":"' + digest.encode() +
                             b'"},"answer":{"ok":true}}')
-    random = make_step(3, "wasi.random_get", {"len": 2}, b"\x01\x02", NO_SECRETS)
-    assert encode(random) == b'{"seq":3,"kind":"wasi.random_get","request":{"len":2},' \
-                             b'"answer_base64":"AQI="}'
+    random = make_step(3, "hostcall", *hostcall("wasi.random_get", 4096, 2,
+                                                 writes=((4096, b"\x01\x02"),), t=1.5),
+                       NO_SECRETS)
+    assert encode(random) == b'{"seq":3,"kind":"hostcall","request":{"call":"wasi.random_get",' \
+                             b'"args":[4096,2]},"answer":{"rc":0,"writes":[[4096,"AQI="]],' \
+                             b'"t":1.5}}'
+    now = make_step(4, "hostcall", *hostcall("system.time_now_ms", rc=1717171717171),
+                    NO_SECRETS)
+    assert encode(now) == b'{"seq":4,"kind":"hostcall","request":{"call":"system.time_now_ms",' \
+                          b'"args":[]},"answer":{"rc":1717171717171,"writes":[],"t":0.0}}'
 
 
 def test_chat_requests_and_large_requests_are_kept_as_digests() -> None:
@@ -101,24 +149,47 @@ def test_chat_requests_and_large_requests_are_kept_as_digests() -> None:
     assert step.request is None
     assert step.request_sha256 == hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    big = {"len": 1, "pad": "x" * REQUEST_INLINE_MAX}
-    assert make_step(1, "wasi.random_get", big, b"a", NO_SECRETS).request_sha256 is not None
-    assert make_step(1, "wasi.random_get", {"len": 1}, b"a", NO_SECRETS).request == {"len": 1}
+    big, answer = hostcall("fd.many", *range(REQUEST_INLINE_MAX // 2))
+    step = make_step(1, "hostcall", big, answer, NO_SECRETS)
+    assert step.request is None and step.request_sha256 is not None
+    assert decode(encode(step)) == step
+    small, answer = hostcall("wasi.random_get", 4096, 1, writes=((4096, b"a"),))
+    assert make_step(1, "hostcall", small, answer, NO_SECRETS).request == small
+
+
+_NOW = b'"kind":"hostcall","request":{"call":"system.time_now_ms","args":[]},'
 
 
 @pytest.mark.parametrize("line", [
-    # bytes posing as JSON text, and the other way round
-    b'{"seq":1,"kind":"wasi.random_get","request":null,"answer":"AQI="}',
-    b'{"seq":1,"kind":"rtasr.event","request":null,"answer_base64":"AQI="}',
+    # a digest posing as an answer, and the other way round
+    b'{"seq":1,"kind":"guest_tool.output","request":null,"answer":"ab"}',
+    b'{"seq":1,' + _NOW + b'"answer_sha256":"ab"}',
     # a request and its digest both
-    b'{"seq":1,"kind":"rtasr.event","request":null,"request_sha256":"ab","answer":1}',
+    b'{"seq":1,"kind":"tool.outcome","request":null,"request_sha256":"ab","answer":1}',
     # a field nobody reads: a journal must be exact
-    b'{"seq":1,"kind":"system.random_i64","request":null,"answer":1,"note":"x"}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[],"t":0.0},"note":"x"}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[],"t":0.0,"note":"x"}}',
     # true is not an int to the journal
-    b'{"seq":1,"kind":"system.random_i64","request":null,"answer":true}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":true,"writes":[],"t":0.0}}',
+    b'{"seq":1,"kind":"hostcall","request":{"call":"x","args":[true]},'
+    b'"answer":{"rc":1,"writes":[],"t":0.0}}',
+    # a hostcall not of its shape: replay writes what it says into guest memory
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":"1","writes":[],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[]}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[],"t":"0"}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":{},"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[[-1,"AQI="]],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[[1.5,"AQI="]],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[[8,"AQI=",1]],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[["AQI="]],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":{"rc":1,"writes":[[8,"not base64!"]],"t":0.0}}',
+    b'{"seq":1,' + _NOW + b'"answer":1}',
+    b'{"seq":1,"kind":"hostcall","request":null,"answer":{"rc":1,"writes":[],"t":0.0}}',
+    b'{"seq":1,"kind":"hostcall","request":{"call":"x"},"answer":{"rc":1,"writes":[],"t":0.0}}',
+    # a kind this format no longer has
+    b'{"seq":1,"kind":"system.random_i64","request":null,"answer":1}',
     b'{"seq":1,"kind":"no.such_kind","request":null,"answer":1}',
     b'{"seq":-1,"kind":"end","outcome":"exited","exit_code":0}',
-    b'{"seq":1,"kind":"wasi.random_get","request":null,"answer_base64":"not base64!"}',
     b'[1,2]', b'{"seq":1', b'\xff\xfe',
 ])
 def test_malformed_records_are_refused(line: bytes) -> None:
@@ -127,12 +198,46 @@ def test_malformed_records_are_refused(line: bytes) -> None:
 
 
 def test_answers_of_the_wrong_type_are_refused() -> None:
-    with pytest.raises(JournalError, match=r"system\.time_now_ms answer is int"):
-        make_step(1, "system.time_now_ms", None, "12", NO_SECRETS)
+    for rc in ("12", True, 1.0):
+        with pytest.raises(JournalError, match="rc is an int or None"):
+            hostcall_answer(rc, [], 0.0, NO_SECRETS)  # type: ignore[arg-type]
+    with pytest.raises(JournalError, match="t is a finite number"):
+        hostcall_answer(0, [], float("nan"), NO_SECRETS)
+    with pytest.raises(JournalError, match="write is bytes, not str"):
+        hostcall_answer(0, [(4096, "text")], 0.0, NO_SECRETS)  # type: ignore[list-item]
+    for address in (-1, True, 4096.0):
+        with pytest.raises(JournalError, match="address is a guest address"):
+            hostcall_answer(0, [(address, b"x")], 0.0, NO_SECRETS)  # type: ignore[list-item]
+    # An answer made by hand is held to the shape a reader requires, before it is stored.
+    with pytest.raises(JournalError, match="step 1: a hostcall answer's rc") as caught:
+        make_step(1, "hostcall", {"call": "system.random_i64", "args": []},
+                  {"rc": "12", "writes": [], "t": 0.0}, NO_SECRETS)
+    assert not isinstance(caught.value, JournalCorrupt)
+    with pytest.raises(JournalError, match="a hostcall write is not base64"):
+        make_step(1, "hostcall", {"call": "x", "args": []},
+                  {"rc": 0, "writes": [[8, "not base64!"]], "t": 0.0}, NO_SECRETS)
+    with pytest.raises(JournalError, match="hostcall request is not"):
+        make_step(1, "hostcall", {"call": "x", "args": ["1"]}, HOSTCALLS["sleep_ms"][1],
+                  NO_SECRETS)
     with pytest.raises(JournalError, match="unknown journal kind"):
-        make_step(1, "system.nope", None, 1, NO_SECRETS)
+        make_step(1, "system.random_i64", None, 1, NO_SECRETS)
     with pytest.raises(JournalError, match="not JSON"):
-        encode(make_step(1, "rtasr.event", None, {"x": object()}, NO_SECRETS))
+        encode(make_step(1, "tool.outcome", None, {"x": object()}, NO_SECRETS))
+
+
+def test_a_request_is_kept_as_a_reader_decodes_it(tmp_path: Path) -> None:
+    """The seam passes a call's arguments as the tuple Python gave it: stored,
+    and compared on replay, as the list a reader decodes."""
+    store = FileJournalStore(tmp_path)
+    request = {"call": "wasi.random_get", "args": (4096, 2)}
+    answer = hostcall_answer(0, [(4096, b"\x01\x02")], 0.0, NO_SECRETS)
+    with JournalWriter.open(store, "run") as journal:
+        journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+        journal.append("hostcall", request, answer)
+    step = make_step(1, "hostcall", request, answer, NO_SECRETS)
+    assert step.request == {"call": "wasi.random_get", "args": [4096, 2]}
+    assert decode(encode(step)) == step
+    assert JournalReader(store, "run").next_answer("hostcall", request) == answer
 
 
 # ---- hypothesis: any record survives encode/decode ---------------------------------------
@@ -144,10 +249,13 @@ _json_values = st.recursive(
     max_leaves=12)
 
 
-def _answer_for(codec: Codec) -> st.SearchStrategy[Any]:
-    return {Codec.JSON: _json_values, Codec.INT: st.integers(),
-            Codec.FLOAT: st.floats(allow_nan=False), Codec.BYTES: st.binary(max_size=64),
-            Codec.DIGEST: _json_values}[codec]
+_hostcall_requests = st.fixed_dictionaries(
+    {"call": st.text(), "args": st.lists(st.integers(), max_size=6)})
+_hostcall_answers = st.builds(
+    hostcall_answer, st.none() | st.integers(),
+    st.lists(st.tuples(st.integers(min_value=0, max_value=(1 << 32) - 1),
+                       st.binary(max_size=64)), max_size=3),
+    st.floats(min_value=0, allow_infinity=False), st.just(NO_SECRETS))
 
 
 @st.composite
@@ -165,8 +273,11 @@ def _records(draw: st.DrawFn) -> Any:
     if which == "end":
         return End(seq, draw(st.text(max_size=64)), draw(st.integers(-255, 255)))
     kind = draw(st.sampled_from(sorted(KINDS)))
+    if kind == "hostcall":
+        return make_step(seq, kind, draw(_hostcall_requests), draw(_hostcall_answers),
+                         NO_SECRETS)
     request = draw(_json_values | st.fixed_dictionaries({"arguments": _json_values}))
-    return make_step(seq, kind, request, draw(_answer_for(KINDS[kind].answer)), NO_SECRETS)
+    return make_step(seq, kind, request, draw(_json_values), NO_SECRETS)
 
 
 @given(_records())
@@ -188,8 +299,9 @@ def _escaped(text: str) -> str:
 
 def test_secrets_never_reach_the_stored_bytes(tmp_path: Path) -> None:
     """A key planted everywhere a run's answers come from: a completion (plain and
-    JSON-escaped, as servers echo keys), a tool's output, dict keys, bytes
-    frames, argv, flags, stdin, the environment's values."""
+    JSON-escaped, as servers echo keys), a tool's output, dict keys, the bytes
+    hostcalls write into guest memory (a user stream's frame, a microphone's
+    samples, an ASR event), argv, flags, stdin, the environment's values."""
     store = FileJournalStore(tmp_path)
     with JournalWriter.open(store, "run", secrets=[KEY]) as journal:
         journal.start(module=b"m", argv=["agent", f"--key={KEY}"],
@@ -201,9 +313,13 @@ def test_secrets_never_reach_the_stored_bytes(tmp_path: Path) -> None:
         journal.append("tool.outcome", {"source": "mcp:env", "name": "printenv",
                                         "arguments": {"name": KEY}},
                        {"ok": True, "output": f"OPENAI_API_KEY={KEY}", KEY: "as a key"})
-        journal.append("stream.frame", {"fd": 3}, f"user pasted {KEY}".encode())
-        journal.append("mic.frame", {"fd": 4}, b"\x00" + KEY.encode() + b"\xff")
-        journal.append("rtasr.event", {"fd": 5}, {"text": f"the key is {KEY}"})
+        for call, data in (("user_streams.user_stream_read", f"user pasted {KEY}".encode()),
+                           ("mic.mic_read", b"\x00" + KEY.encode() + b"\xff"),
+                           ("rtasr.rtasr_read", json.dumps({"text": f"the key is {KEY}"},
+                                                           ensure_ascii=False).encode()),
+                           ("rtasr.rtasr_read", _escaped(KEY).encode())):
+            journal.append("hostcall", {"call": call, "args": [5, 4096, 256]}, hostcall_answer(
+                len(data), [(4096, data)], 7.0, journal.scrubber))
         journal.end("exited", 0)
     stored = store.path_of("run").read_bytes()
     decoded = b"".join(base64.b64decode(v) for v in _base64_fields(stored))
@@ -224,18 +340,67 @@ def _base64_fields(stored: bytes) -> list[str]:
     found = []
     for line in stored.splitlines():
         record = json.loads(line)
-        found += [record[k] for k in ("answer_base64", "stdin_base64") if record.get(k)]
+        if record.get("stdin_base64"):
+            found.append(record["stdin_base64"])
+        if record["kind"] == "hostcall":
+            found += [text for _, text in record["answer"]["writes"]]
+    assert found
     return found
 
 
+@pytest.mark.parametrize("secret", [KEY, "sk-short", "a-longer-key-than-the-marker-" * 3])
+def test_a_secret_in_a_hostcall_write_is_scrubbed_and_its_length_kept(secret: str) -> None:
+    """Base64 hides a key from any scrub of the record, so the write's bytes are
+    scrubbed first; replay writes them back into a buffer of the size the
+    guest gave, so they keep their length whether the marker is shorter or longer."""
+    scrubber = SecretScrubber([secret], min_length=4)
+    data = b"\x00pasted " + secret.encode() + b" and more\xff"
+    answer = hostcall_answer(len(data), [(4096, data), (0, b"nothing secret")], 0.0, scrubber)
+    (address, written), kept = hostcall_writes(answer)
+    assert address == 4096 and len(written) == len(data)
+    assert secret.encode() not in written and written.startswith(b"\x00pasted [redac")
+    assert kept == (0, b"nothing secret")
+    assert secret.encode() not in encode(make_step(1, "hostcall", {"call": "c", "args": []},
+                                                   answer, scrubber))
+
+
+def test_a_short_secret_spelling_base64_does_not_break_a_write(tmp_path: Path) -> None:
+    """A writer's secret may be as short as four characters; the base64 of a
+    write is no text to scrub (its bytes were), so it is stored intact."""
+    store = FileJournalStore(tmp_path)
+    with JournalWriter.open(store, "run", secrets=["AAAA"]) as journal:
+        journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+        journal.append("hostcall", {"call": "wasi.random_get", "args": [4096, 6]},
+                       hostcall_answer(0, [(4096, b"\0" * 6)], 0.0, journal.scrubber))
+    step = list(store.records("run"))[1]
+    assert isinstance(step, Step)
+    assert step.answer["writes"] == [[4096, "AAAAAAAA"]]
+    assert hostcall_writes(step.answer) == [(4096, b"\0" * 6)]
+
+
+@given(st.binary(max_size=40), st.binary(max_size=40))
+def test_any_write_holding_a_secret_loses_it_and_keeps_its_length(
+        before: bytes, after: bytes) -> None:
+    data = before + KEY.encode() + after
+    scrubber = SecretScrubber([KEY], min_length=4)
+    [(_, written)] = hostcall_writes(hostcall_answer(0, [(0, data)], 0.0, scrubber))
+    assert len(written) == len(data) and KEY.encode() not in written
+    [(_, plain)] = hostcall_writes(hostcall_answer(0, [(0, before + after)], 0.0, NO_SECRETS))
+    assert plain == before + after
+
+
 # ---- divergence --------------------------------------------------------------------------
+
+NOW = hostcall("system.time_now_ms", rc=1000, t=0.5)
+ASK_NOW = ("hostcall", NOW[0])
+
 
 def _journal(tmp_path: Path) -> FileJournalStore:
     store = FileJournalStore(tmp_path)
     with JournalWriter.open(store, "run") as journal:
         journal.start(module=b"module-a", argv=["a"], env=[], stdin=b"", limits={},
                       flags={"model": "m1"})
-        journal.append("system.time_now_ms", None, 1000)
+        journal.append("hostcall", *NOW)
         journal.append("tool.outcome", {"source": "mcp:calc", "name": "add",
                                         "arguments": {"a": 1}}, {"ok": True, "output": "1"})
         journal.append("guest_tool.output", {"name": "g", "arguments": {}}, "made by the guest")
@@ -246,7 +411,7 @@ def _journal(tmp_path: Path) -> FileJournalStore:
 
 def test_replay_serves_the_answers_in_order(tmp_path: Path) -> None:
     reader = JournalReader(_journal(tmp_path), "run")
-    assert reader.next_answer("system.time_now_ms", None) == 1000
+    assert reader.next_answer(*ASK_NOW) == {"rc": 1000, "writes": [], "t": 0.5}
     assert reader.next_answer("tool.outcome", {"source": "mcp:calc", "name": "add",
                                                "arguments": {"a": 1}}) == {"ok": True,
                                                                            "output": "1"}
@@ -256,27 +421,32 @@ def test_replay_serves_the_answers_in_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("asks", "message"), [
-    ([("system.random_i64", None)],
-     "journal 'run' step 1 diverges: the journal has 'system.time_now_ms', "
-     "the guest asked for 'system.random_i64'"),
-    ([("system.time_now_ms", None),
+    ([("chat.completion", {"messages": ["hi"]})],
+     "journal 'run' step 1 diverges: the journal has 'hostcall', "
+     "the guest asked for 'chat.completion'"),
+    ([("hostcall", {"call": "system.random_i64", "args": []})],
+     "journal 'run' step 1 (hostcall) diverges at request.call: recorded "
+     "\"system.time_now_ms\", got \"system.random_i64\""),
+    ([("hostcall", {"call": "system.time_now_ms", "args": [0]})],
+     "journal 'run' step 1 (hostcall) diverges at request.args: recorded 0 items, got 1"),
+    ([ASK_NOW,
       ("tool.outcome", {"source": "mcp:calc", "name": "sub", "arguments": {"a": 1}})],
      "journal 'run' step 2 (tool.outcome) diverges at request.name: recorded \"add\", "
      "got \"sub\""),
-    ([("system.time_now_ms", None),
+    ([ASK_NOW,
       ("tool.outcome", {"source": "mcp:calc", "name": "add", "arguments": {"a": 2}})],
      "journal 'run' step 2 (tool.outcome) diverges at request.arguments_sha256: recorded"),
-    ([("system.time_now_ms", None),
+    ([ASK_NOW,
       ("tool.outcome", {"source": "mcp:calc", "name": "add", "arguments": {"a": 1}}),
       ("guest_tool.output", {"name": "g", "arguments": {}}),
       ("chat.completion", {"messages": ["hello"]})],
      "journal 'run' step 4 (chat.completion) diverges at request_sha256: recorded"),
-    ([("system.time_now_ms", None),
+    ([ASK_NOW,
       ("tool.outcome", {"source": "mcp:calc", "name": "add", "arguments": {"a": 1}}),
       ("guest_tool.output", {"name": "g", "arguments": {}}),
-      ("chat.completion", {"messages": ["hi"]}), ("system.time_now_ms", None)],
+      ("chat.completion", {"messages": ["hi"]}), ASK_NOW],
      "journal 'run' step 5 goes beyond the journal: the guest asked for "
-     "'system.time_now_ms', and the run ended there (exited, exit 0)"),
+     "'hostcall', and the run ended there (exited, exit 0)"),
 ])
 def test_divergence_names_the_step_and_the_first_difference(
         tmp_path: Path, asks: list[tuple[str, Any]], message: str) -> None:
@@ -295,7 +465,7 @@ def test_divergence_names_the_step_and_the_first_difference(
 
 def test_a_guest_output_that_changed_diverges(tmp_path: Path) -> None:
     reader = JournalReader(_journal(tmp_path), "run")
-    reader.next_answer("system.time_now_ms", None)
+    reader.next_answer(*ASK_NOW)
     reader.next_answer("tool.outcome", {"source": "mcp:calc", "name": "add",
                                         "arguments": {"a": 1}})
     with pytest.raises(ReplayDiverged, match=r"step 3 \(guest_tool.output\) diverges at the "
@@ -325,10 +495,12 @@ def test_a_request_holding_a_secret_still_matches_on_replay(tmp_path: Path) -> N
     store = FileJournalStore(tmp_path)
     with JournalWriter.open(store, "run", secrets=[KEY]) as journal:
         journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
-        journal.append("rtasr.event", {"auth": KEY}, {"text": "hi"})
+        journal.append("tool.outcome", {"source": "mcp:asr", "name": KEY, "arguments": {}},
+                       {"text": "hi"})
     assert KEY.encode() not in store.path_of("run").read_bytes()
     reader = JournalReader(store, "run", secrets=[KEY])
-    assert reader.next_answer("rtasr.event", {"auth": KEY}) == {"text": "hi"}
+    assert reader.next_answer("tool.outcome", {"source": "mcp:asr", "name": KEY,
+                                               "arguments": {}}) == {"text": "hi"}
 
 
 def test_env_var_values_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,13 +30,22 @@ from spearpy.journal import (
     encode,
     open_store,
 )
-from spearpy.journal.records import Start, make_step
+from spearpy.journal.records import Start, hostcall_answer, hostcall_writes, make_step
 from spearpy.observe.scrub import SecretScrubber
 from tests import pg_server
 
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["file", "sqlite", "postgres"]
 KEY = "sk-proj-Hq2LmV8xR4tN7wK1"
+RANDOM = {"call": "system.random_i64", "args": []}
+
+
+def _random(n: int) -> dict[str, object]:
+    return hostcall_answer(n, [], 0.0, SecretScrubber())
+
+
+def _rcs(store: JournalStore) -> list[int]:
+    return [r.answer["rc"] for r in store.records("run") if isinstance(r, Step)]
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +111,11 @@ def test_a_second_writer_is_refused(store: JournalStore) -> None:
         JournalWriter.open(store, "run")
     other = _started(store, "other")  # another journal is not held
     other.close()
-    first.append("system.random_i64", None, 1)
+    first.append("hostcall", RANDOM, _random(1))
     first.close()
     with JournalWriter.open(store, "run") as again:
-        again.append("system.random_i64", None, 2)
-    assert [r.answer for r in store.records("run") if isinstance(r, Step)] == [1, 2]
+        again.append("hostcall", RANDOM, _random(2))
+    assert _rcs(store) == [1, 2]
 
 
 def test_a_writer_in_another_process_is_refused_and_its_crash_frees_the_journal(
@@ -115,9 +124,10 @@ def test_a_writer_in_another_process_is_refused_and_its_crash_frees_the_journal(
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from spearpy.journal import JournalWriter, open_store
+        from spearpy.journal.records import hostcall_answer
         journal = JournalWriter.open(open_store(sys.argv[1]), "run")
         journal.start(module=b"m", argv=[], env=[], stdin=b"", limits={{}}, flags={{}})
-        journal.append("system.random_i64", None, 7)
+        journal.append("hostcall", {RANDOM!r}, hostcall_answer(7, [], 0.0, journal.scrubber))
         print("holding", flush=True)
         time.sleep(600)
     """)
@@ -143,8 +153,8 @@ def test_a_writer_in_another_process_is_refused_and_its_crash_frees_the_journal(
             time.sleep(0.2)
     with journal:
         assert journal.next_seq == 2
-        journal.append("system.random_i64", None, 8)
-    assert [r.answer for r in store.records("run") if isinstance(r, Step)] == [7, 8]
+        journal.append("hostcall", RANDOM, _random(8))
+    assert _rcs(store) == [7, 8]
 
 
 def test_threads_sharing_a_writer_never_interleave(store: JournalStore) -> None:
@@ -153,7 +163,7 @@ def test_threads_sharing_a_writer_never_interleave(store: JournalStore) -> None:
 
     def work(n: int) -> None:
         for i in range(per_thread):
-            journal.append("rtasr.event", None, {"thread": n, "i": i, "pad": "y" * 300})
+            journal.append("tool.outcome", None, {"thread": n, "i": i, "pad": "y" * 300})
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for thread in threads:
@@ -171,23 +181,23 @@ def test_threads_sharing_a_writer_never_interleave(store: JournalStore) -> None:
 def test_journal_full_at_the_cap_edge(store: JournalStore, slack: int) -> None:
     """Cap one below, at, and one above what the next step needs."""
     with _started(store) as probe:
-        size = len(encode(make_step(1, "rtasr.event", None, {"t": "x" * 100},
+        size = len(encode(make_step(1, "tool.outcome", None, {"t": "x" * 100},
                                     SecretScrubber()))) + 1
         cap = probe.bytes_used + size + slack
     with JournalWriter.open(store, "run", max_bytes=cap) as journal:
         if slack < 0:
-            with pytest.raises(JournalFull, match=f"step 1 \\(rtasr.event, {size} bytes\\) "
+            with pytest.raises(JournalFull, match=f"step 1 \\(tool.outcome, {size} bytes\\) "
                                                   f"would take it to {cap + 1} bytes"):
-                journal.append("rtasr.event", None, {"t": "x" * 100})
+                journal.append("tool.outcome", None, {"t": "x" * 100})
             assert journal.next_seq == 1  # nothing of it stored
         else:
-            assert journal.append("rtasr.event", None, {"t": "x" * 100}) == size
+            assert journal.append("tool.outcome", None, {"t": "x" * 100}) == size
             assert journal.bytes_used == cap - slack
             with pytest.raises(JournalFull):
-                journal.append("system.random_i64", None, 1)
+                journal.append("hostcall", RANDOM, _random(1))
         journal.end("memory_limit", 137)  # the end is written even when full
     kinds = [r.kind for r in store.records("run")]
-    assert kinds == ["start", *(["rtasr.event"] if slack >= 0 else []), "end"]
+    assert kinds == ["start", *(["tool.outcome"] if slack >= 0 else []), "end"]
 
 
 def test_secrets_never_reach_the_stored_bytes(spec: str, store: JournalStore) -> None:
@@ -197,11 +207,15 @@ def test_secrets_never_reach_the_stored_bytes(spec: str, store: JournalStore) ->
             "choices": [{"message": {"content": f"your key is {KEY}"}}]})
         journal.append("tool.outcome", {"source": "python", "name": "env", "arguments": {}},
                        {"ok": True, "output": f"KEY={KEY}"})
-        journal.append("stream.frame", {"fd": 3}, KEY.encode())
+        journal.append("hostcall", {"call": "user_streams.user_stream_read",
+                                    "args": [3, 4096, 64]},
+                       hostcall_answer(len(KEY), [(4096, KEY.encode())], 2.0, journal.scrubber))
     for blob in _stored_bytes(spec):
         assert KEY.encode() not in blob
     steps = [r for r in store.records("run") if isinstance(r, Step)]
     assert steps[1].answer["output"] == "KEY=[redacted]"
+    [(_, written)] = hostcall_writes(steps[2].answer)  # base64 would hide it from the check
+    assert KEY.encode() not in written and len(written) == len(KEY)
 
 
 def _stored_bytes(spec: str) -> list[bytes]:
@@ -224,12 +238,12 @@ def _stored_bytes(spec: str) -> list[bytes]:
 @pytest.mark.parametrize("sync", list(SyncPolicy))
 def test_every_sync_policy(store: JournalStore, sync: SyncPolicy) -> None:
     with _started(store, sync=sync) as journal:
-        journal.append("system.random_i64", None, 1)
+        journal.append("hostcall", RANDOM, _random(1))
         journal.sync()
-        journal.append("system.random_i64", None, 2)
+        journal.append("hostcall", RANDOM, _random(2))
         journal.end("exited", 0)
-    assert [r.kind for r in store.records("run")] == ["start", "system.random_i64",
-                                                      "system.random_i64", "end"]
+    assert [r.kind for r in store.records("run")] == ["start", "hostcall", "hostcall", "end"]
+    assert _rcs(store) == [1, 2]
 
 
 def test_a_missing_journal_is_a_clear_error(store: JournalStore) -> None:
@@ -240,7 +254,7 @@ def test_a_missing_journal_is_a_clear_error(store: JournalStore) -> None:
 # ---- 100k steps, read in bounded memory ---------------------------------------------------
 
 STEPS = 100_000
-PAD = 600  # ~700 bytes a line: a ~70 MB journal
+PAD = 450  # written as 600 base64 characters: ~750 bytes a line, a ~75 MB journal
 RLIMIT_DATA = 768 << 20
 GROWTH_LIMIT_KIB = 32 << 10  # a page is 1 MiB; holding the journal would take 70+ MB
 
@@ -251,7 +265,8 @@ def _fill(spec: str, store: JournalStore) -> None:
                          scrubber=SecretScrubber())
     scrub = SecretScrubber()
     lines = [encode(start)] + [
-        encode(make_step(i, "rtasr.event", None, {"i": i, "pad": "z" * PAD}, scrub))
+        encode(make_step(i, "hostcall", {"call": "mic.mic_read", "args": [4, 4096, PAD]},
+                         hostcall_answer(i, [(4096, b"z" * PAD)], float(i), scrub), scrub))
         for i in range(1, STEPS + 1)]
     if spec.startswith("postgresql://"):
         import psycopg
@@ -260,7 +275,7 @@ def _fill(spec: str, store: JournalStore) -> None:
         with psycopg.connect(spec) as conn, conn.cursor() as cur, cur.copy(
                 "COPY spearpy_journal_steps (journal_id, seq, kind, record) FROM STDIN") as copy:
             for seq, line in enumerate(lines):
-                copy.write_row(("big", seq, "start" if seq == 0 else "rtasr.event",
+                copy.write_row(("big", seq, "start" if seq == 0 else "hostcall",
                                 line.decode()))
     elif spec.endswith(".sqlite3"):
         import sqlite3
@@ -268,7 +283,7 @@ def _fill(spec: str, store: JournalStore) -> None:
         JournalWriter.open(store, "big").close()
         with sqlite3.connect(spec) as db:
             db.executemany("INSERT INTO journal_steps VALUES ('big', ?, ?, ?)",
-                             [(seq, "start" if seq == 0 else "rtasr.event", line.decode())
+                             [(seq, "start" if seq == 0 else "hostcall", line.decode())
                               for seq, line in enumerate(lines)])
     else:
         Path(spec).mkdir(parents=True, exist_ok=True)
@@ -279,6 +294,7 @@ _READ_BIG = textwrap.dedent("""
     import json, resource, sys
     sys.path.insert(0, sys.argv[3])
     from spearpy.journal import JournalReader, open_store
+    from spearpy.journal.records import hostcall_writes
     def rss(field):
         with open("/proc/self/status") as status:
             return next(int(l.split()[1]) for l in status if l.startswith(field))
@@ -289,7 +305,9 @@ _READ_BIG = textwrap.dedent("""
     n = 0
     while not reader.exhausted:
         n += 1
-        assert reader.next_answer("rtasr.event", None)["i"] == n
+        answer = reader.next_answer("hostcall", {"call": "mic.mic_read",
+                                                 "args": [4, 4096, int(sys.argv[4])]})
+        assert answer["rc"] == n and hostcall_writes(answer)[0][1][:1] == b"z"
     print(json.dumps({"steps": n, "base_kib": base, "peak_kib": rss("VmHWM:")}))
 """)
 
@@ -297,7 +315,8 @@ _READ_BIG = textwrap.dedent("""
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_DATA and /proc/self/status")
 def test_a_100k_step_journal_is_read_in_bounded_memory(spec: str, store: JournalStore) -> None:
     _fill(spec, store)
-    done = subprocess.run([sys.executable, "-c", _READ_BIG, spec, str(RLIMIT_DATA), str(ROOT)],
+    done = subprocess.run([sys.executable, "-c", _READ_BIG, spec, str(RLIMIT_DATA), str(ROOT),
+                           str(PAD)],
                           capture_output=True, text=True, timeout=600, check=False,
                           preexec_fn=lambda: resource.setrlimit(
                               resource.RLIMIT_CORE, (0, 0)))

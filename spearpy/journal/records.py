@@ -7,9 +7,11 @@ file), numbered by `seq` from 0:
 {"seq":0,"kind":"start","format":1,"spearpy":"0.1.0","module_sha256":"...",
  "argv":[...],"env_names":[...],"stdin_sha256":"...","stdin_length":5,
  "stdin_base64":"aGVsbG8=","limits":{...},"flags":{...}}
-{"seq":1,"kind":"system.time_now_ms","request":null,"answer":1717171717171}
+{"seq":1,"kind":"hostcall","request":{"call":"system.time_now_ms","args":[]},
+ "answer":{"rc":1717171717171,"writes":[],"t":3.2}}
 {"seq":2,"kind":"chat.completion","request_sha256":"...","answer":{...}}
-{"seq":3,"kind":"wasi.random_get","request":{"len":8},"answer_base64":"..."}
+{"seq":3,"kind":"hostcall","request":{"call":"wasi.clock_time_get","args":[1,0,4096]},
+ "answer":{"rc":0,"writes":[[4096,"AAECAwQFBgc="]],"t":9.5}}
 {"seq":4,"kind":"tool.outcome","request":{"source":"mcp","name":"add",
  "arguments_sha256":"..."},"answer":{...}}
 {"seq":5,"kind":"end","outcome":"exited","exit_code":0}
@@ -18,8 +20,10 @@ file), numbered by `seq` from 0:
 The key says the form, so no value can pose as another: `request` holds the
 request itself, `request_sha256` its digest (always for a kind that digests
 it, and for any request over REQUEST_INLINE_MAX bytes); a field a kind
-digests is stored as `<field>_sha256`; `answer` is JSON, `answer_base64`
-bytes, `answer_sha256` the digest of an output that is checked, not served.
+digests is stored as `<field>_sha256`; `answer` is JSON, `answer_sha256`
+the digest of an output that is checked, not served. A `hostcall` step's
+request and answer have a fixed shape (hostcall_answer builds the answer,
+hostcall_writes reads its bytes back), checked when written and when read.
 Digests are sha256 of canonical JSON (sorted keys, no spaces, ASCII).
 Lines are ASCII (`\\u` escapes), so every store keeps them as plain text.
 """
@@ -30,6 +34,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -49,20 +54,17 @@ STDIN_STORED_MAX = 1 << 20
 """Longer stdin is stored as its digest only: a resume must be given it again."""
 MAX_OUTCOME_CHARS = 64
 """An end record stays small, so it is written even when the journal is full."""
+HOSTCALL = "hostcall"
 
 
 class Codec(StrEnum):
     """How a kind's answer is stored."""
 
     JSON = "json"
-    INT = "int"
-    FLOAT = "float"
-    BYTES = "bytes"  # base64 in `answer_base64`
     DIGEST = "digest"  # checked, not served: its sha256 in `answer_sha256`
 
 
-_ANSWER_KEY = {Codec.JSON: "answer", Codec.INT: "answer", Codec.FLOAT: "answer",
-               Codec.BYTES: "answer_base64", Codec.DIGEST: "answer_sha256"}
+_ANSWER_KEY = {Codec.JSON: "answer", Codec.DIGEST: "answer_sha256"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +79,18 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {kind.name: kind for kind in (
-    Kind("system.time_now_ms", Codec.INT),
-    Kind("system.wall_time_s", Codec.FLOAT),
-    Kind("system.random_i64", Codec.INT),
-    Kind("wasi.clock_time_get", Codec.INT),
-    Kind("wasi.random_get", Codec.BYTES),
+    # Any hostcall whose answer depends on the outside world (a clock,
+    # randomness, readiness, what a client, microphone or ASR server sent),
+    # journaled at the hostcall-family seam: request {"call", "args"},
+    # answer {"rc", "writes": [[guest address, base64]], "t": ms into the run}.
+    Kind(HOSTCALL),
+    # One completion of a send: the request body's digest, the result.
     Kind("chat.completion", digest_request=True),
+    # A call of a tool that is not the guest's (MCP, Python): source, name,
+    # the arguments' digest; the outcome.
     Kind("tool.outcome", digest_fields=("arguments",)),
+    # A guest tool's output, re-made on replay and checked against its digest.
     Kind("guest_tool.output", Codec.DIGEST, digest_fields=("arguments",), replayed=False),
-    Kind("fd.epoll_ready"),
-    Kind("stream.frame", Codec.BYTES),
-    Kind("mic.frame", Codec.BYTES),
-    Kind("rtasr.event"),
 )}
 
 
@@ -132,7 +134,7 @@ class Step:
     kind: str
     request: Any = None
     request_sha256: str | None = None  # instead of `request`
-    answer: Any = None  # bytes for BYTES kinds, the sha256 hex for DIGEST kinds
+    answer: Any = None  # the sha256 hex for DIGEST kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,31 +176,84 @@ def stored_request(kind: Kind, request: Any, scrubber: SecretScrubber) -> tuple[
     encoded = canonical(value)
     if kind.digest_request or len(encoded) > REQUEST_INLINE_MAX:
         return None, hashlib.sha256(encoded).hexdigest()
-    return value, None
+    # As a reader decodes it (a tuple as a list, a key as a string), so the
+    # request a replay is asked compares equal to the stored one.
+    return json.loads(_LINE.encode(value)), None
 
 
 def stored_answer(kind: Kind, answer: Any, scrubber: SecretScrubber) -> Any:
-    codec = kind.answer
-    if codec is Codec.JSON:
-        return scrubber.value(answer)
-    if codec is Codec.INT and type(answer) is int:
+    if kind.name == HOSTCALL:
+        # Its only strings are base64 of bytes scrubbed before encoding
+        # (hostcall_answer): a text scrub cannot see into them, and a short
+        # secret that happens to spell a stretch of base64 would break them.
         return answer
-    if codec is Codec.FLOAT and type(answer) in (int, float):
-        return float(answer)
-    if codec is Codec.BYTES and isinstance(answer, bytes | bytearray | memoryview):
-        return _scrub_bytes(bytes(answer), scrubber)
-    if codec is Codec.DIGEST:
+    if kind.answer is Codec.DIGEST:
         if isinstance(answer, bytes | bytearray | memoryview):
             return hashlib.sha256(_scrub_bytes(bytes(answer), scrubber)).hexdigest()
         return sha256_json(scrubber.value(answer))
-    raise JournalError(f"a {kind.name} answer is {codec.value}, not {type(answer).__name__}")
+    return scrubber.value(answer)
 
 
 def make_step(seq: int, kind_name: str, request: Any, answer: Any,
               scrubber: SecretScrubber) -> Step:
     kind = kind_of(kind_name)
     inline, digest = stored_request(kind, request, scrubber)
-    return Step(seq, kind.name, inline, digest, stored_answer(kind, answer, scrubber))
+    step = Step(seq, kind.name, inline, digest, stored_answer(kind, answer, scrubber))
+    try:
+        _check_hostcall(step)
+    except JournalCorrupt as exc:  # not corrupt yet: refused before it is stored
+        raise JournalError(f"step {seq}: {exc}") from None
+    return step
+
+
+# ---- hostcall answers ------------------------------------------------------------------
+
+def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearray | memoryview]],
+                    t: float, scrubber: SecretScrubber) -> dict[str, Any]:
+    """A `hostcall` step's answer: the return value (None for a call without
+    one), what the call wrote into guest memory, when (ms since the run started).
+    Each write is scrubbed before base64, which would hide a secret from the
+    record's scrub, and keeps its length: replay writes it into a buffer of
+    that size."""
+    if rc is not None and type(rc) is not int:
+        raise JournalError(f"a hostcall's rc is an int or None, not {type(rc).__name__}")
+    if type(t) not in (int, float) or not math.isfinite(t):
+        raise JournalError(f"a hostcall's t is a finite number of ms, not {t!r}")
+    stored = []
+    for address, data in writes:
+        if type(address) is not int or address < 0:
+            raise JournalError(f"a hostcall write's address is a guest address, not {address!r}")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise JournalError(f"a hostcall write is bytes, not {type(data).__name__}")
+        raw = bytes(data)
+        cleaned = _scrub_bytes(raw, scrubber)
+        if len(cleaned) != len(raw):
+            cleaned = (cleaned + _PAD * len(raw))[:len(raw)]
+        stored.append([address, base64.b64encode(cleaned).decode("ascii")])
+    return {"rc": rc, "writes": stored, "t": float(t)}
+
+
+def hostcall_writes(answer: Any) -> list[tuple[int, bytes]]:
+    """The (guest address, bytes) pairs a stored hostcall answer wrote;
+    JournalCorrupt when the answer is not of hostcall_answer's shape."""
+    if not (isinstance(answer, dict) and answer.keys() == {"rc", "writes", "t"}):
+        raise JournalCorrupt('a hostcall answer is not {"rc", "writes", "t"}')
+    if answer["rc"] is not None and type(answer["rc"]) is not int:
+        raise JournalCorrupt("a hostcall answer's rc is not an int or null")
+    if type(answer["t"]) not in (int, float) or not math.isfinite(answer["t"]):
+        raise JournalCorrupt("a hostcall answer's t is not a number")
+    if not isinstance(answer["writes"], list):
+        raise JournalCorrupt("a hostcall answer's writes is not a list")
+    writes = []
+    for write in answer["writes"]:
+        if not (isinstance(write, list) and len(write) == 2 and type(write[0]) is int
+                and write[0] >= 0 and isinstance(write[1], str)):
+            raise JournalCorrupt("a hostcall write is not [guest address, base64]")
+        writes.append((write[0], _b64(write[1], "a hostcall write")))
+    return writes
+
+
+_PAD = b"*"  # fills a write its redaction shortened
 
 
 def _scrub_bytes(data: bytes, scrubber: SecretScrubber) -> bytes:
@@ -209,6 +264,19 @@ def _scrub_bytes(data: bytes, scrubber: SecretScrubber) -> bytes:
     text = data.decode("utf-8", "surrogateescape")
     cleaned = scrubber.text(text)
     return data if cleaned == text else cleaned.encode("utf-8", "surrogateescape")
+
+
+def _check_hostcall(step: Step) -> None:
+    """JournalCorrupt when a hostcall step is not of the shape replay relies on."""
+    if step.kind != HOSTCALL:
+        return
+    request = step.request
+    if step.request_sha256 is None and not (
+            isinstance(request, dict) and request.keys() == {"call", "args"}
+            and isinstance(request["call"], str) and isinstance(request["args"], list)
+            and all(type(arg) is int for arg in request["args"])):
+        raise JournalCorrupt('a hostcall request is not {"call": str, "args": [int, ...]}')
+    hostcall_writes(step.answer)
 
 
 # ---- encoding ---------------------------------------------------------------------
@@ -228,10 +296,7 @@ def encode(record: Record) -> bytes:
             obj["request_sha256"] = record.request_sha256
         else:
             obj["request"] = record.request
-        answer = record.answer
-        if kind.answer is Codec.BYTES:
-            answer = base64.b64encode(answer).decode("ascii")
-        obj[_ANSWER_KEY[kind.answer]] = answer
+        obj[_ANSWER_KEY[kind.answer]] = record.answer
     elif isinstance(record, Start):
         obj.update(format=record.format_version, spearpy=record.spearpy_version,
                    module_sha256=record.module_sha256, argv=list(record.argv),
@@ -295,25 +360,17 @@ def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
     digest = fields.take("request_sha256", str, optional=True)
     request = None if digest is not None else fields.take_any("request")
     key = _ANSWER_KEY[kind.answer]
-    answer: Any
-    if kind.answer is Codec.BYTES:
-        answer = _b64(fields.take(key, str))
-    elif kind.answer is Codec.DIGEST:
-        answer = fields.take(key, str)
-    elif kind.answer is Codec.INT:
-        answer = fields.take(key, int)
-    elif kind.answer is Codec.FLOAT:
-        answer = fields.take(key, float)
-    else:
-        answer = fields.take_any(key)
-    return Step(seq, name, request, digest, answer)
+    answer = fields.take(key, str) if kind.answer is Codec.DIGEST else fields.take_any(key)
+    step = Step(seq, name, request, digest, answer)
+    _check_hostcall(step)
+    return step
 
 
-def _b64(text: str) -> bytes:
+def _b64(text: str, what: str = "a base64 field") -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise JournalCorrupt("a base64 field is not base64") from None
+        raise JournalCorrupt(f"{what} is not base64") from None
 
 
 class _Fields:

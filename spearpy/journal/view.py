@@ -12,7 +12,16 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from spearpy._term import one_line
-from spearpy.journal.records import Codec, End, Record, Start, kind_of
+from spearpy.journal.records import (
+    HOSTCALL,
+    Codec,
+    End,
+    Record,
+    Start,
+    Step,
+    hostcall_writes,
+    kind_of,
+)
 
 SUMMARY_CHARS = 100
 
@@ -32,19 +41,27 @@ def summary(record: Record) -> str:
                 f"spearpy {record.spearpy_version}")
     elif isinstance(record, End):
         text = f"{record.outcome}, exit code {record.exit_code}"
+    elif record.kind == HOSTCALL:
+        text = _hostcall(record)
     else:
-        codec = kind_of(record.kind).answer
         request = f"sha256 {record.request_sha256[:12]}" if record.request_sha256 \
             else _json(record.request)
-        if codec is Codec.BYTES:
-            answer = f"{len(record.answer)} bytes"
-        elif codec is Codec.DIGEST:
+        if kind_of(record.kind).answer is Codec.DIGEST:
             answer = f"sha256 {str(record.answer)[:12]} (checked)"
         else:
             answer = _json(record.answer)
         text = answer if record.request is None and record.request_sha256 is None \
             else f"{request} -> {answer}"
     return one_line(text, SUMMARY_CHARS)
+
+
+def _hostcall(step: Step) -> str:
+    """`call(args) -> rc R, N bytes at ADDR, t T ms`: the bytes by size, not content."""
+    call = f"sha256 {step.request_sha256[:12]}" if step.request_sha256 else \
+        f"{step.request['call']}({', '.join(map(str, step.request['args']))})"
+    writes = "".join(f", {len(data)} bytes at {address}"
+                     for address, data in hostcall_writes(step.answer))
+    return f"{call} -> rc {step.answer['rc']}{writes}, t {step.answer['t']:.1f} ms"
 
 
 def _json(value: Any) -> str:
