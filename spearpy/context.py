@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.params import LimitPolicy
     from spearpy.chat.session import ChatSession
+    from spearpy.durable.run_journal import RunJournal
     from spearpy.fds import ChatResponse
     from spearpy.fds.base import Fd
     from spearpy.mcp.policy import TaskPolicy
@@ -140,6 +141,8 @@ class RunContext:
         self.stdout = Capture() if options.capture_output else None
         self.stderr = Capture() if options.capture_output else None
         self.memory = memory if memory is not None else GuestMemory(None, None)
+        # The run's journal (docs/durable.md); None: nothing is journaled.
+        self.journal: RunJournal | None = None
         self.allocator: tuple[RawFunc, RawFunc] | None = None
         self.tool_funcs: dict[int, RawFunc | None] = {}  # tool_function's, read-only
         self._log_bytes = 0

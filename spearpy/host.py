@@ -30,7 +30,7 @@ from spearpy.instance import GuestRun
 from spearpy.modcache import ModuleCache
 from spearpy.modload import LoadedModule, carry_over, compile_module, link
 from spearpy.observe.events import Event, EventSink
-from spearpy.outcome import RunResult
+from spearpy.outcome import Outcome, RunResult, exit_code_for
 from spearpy.secret_env import passed_through
 from spearpy.tools.sources import HostTools, task_policy
 
@@ -40,6 +40,7 @@ __all__ = ["CLOSE_GRACE_S", "Host", "LoadedModule"]
 if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.session import ChatSession
+    from spearpy.durable import JournalSpec
     from spearpy.streams.hub import StreamHub
     from spearpy.tools.python import PythonTools
 
@@ -212,6 +213,7 @@ class Host:
         task_params: Mapping[str, Any] | None = None,
         send_hook: SendHook | None = None,
         streams: StreamHub | None = None,
+        journal: JournalSpec | None = None,
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
@@ -225,6 +227,8 @@ class Host:
         `streams` lets clients reach the guest's user streams (a StreamHub
         that serves this run only; `Host.start(..., streams=True)` makes one
         and its handle opens streams: docs/streams.md).
+        `journal` journals the run, resumes it, replays or forks it
+        (docs/durable.md).
 
         `env` sets guest variables; a None value passes that variable through
         from this process's environment (`--env NAME`), the only way to give
@@ -254,11 +258,40 @@ class Host:
             send_hook=send_hook, streams=streams,
         )
         run = GuestRun(self.engine, self.config, loaded, options, self.services)
+        if journal is not None:
+            diverged = self._journal(run, journal, module, options)
+            if diverged is not None:
+                return diverged
         with self.in_progress(run):
             result = run.execute()
         if collect_events:
             return _with_events(result, collected)
         return result
+
+    def _journal(self, run: GuestRun, spec: JournalSpec,
+                 module: str | os.PathLike[str] | bytes | LoadedModule,
+                 options: RunOptions) -> RunResult | None:
+        """Bind the run's journal; the result of a run that is not the
+        journaled one (replay_diverged at step 0), or None."""
+        from spearpy.durable import open_run_journal, run_flags, run_start
+        from spearpy.journal import ReplayDiverged
+
+        if options.streams is not None:
+            raise ValueError("journal: runs with user streams are not journaled yet "
+                             "(docs/durable.md)")
+        path = module if isinstance(module, str | os.PathLike) else None
+        secrets = [value for name in self.key_envs() if (value := os.environ.get(name))]
+        start = run_start(module_sha256=run.module.sha256, argv=options.argv,
+                          env_names=sorted(options.env or {}), stdin=options.stdin or b"",
+                          limits=options.limits or {},
+                          flags=run_flags(self.config, options, path), secrets=secrets)
+        try:
+            run.journal = open_run_journal(spec, start, secrets)
+        except ReplayDiverged as exc:
+            return RunResult(run_id=run.run_id, outcome=Outcome.REPLAY_MISMATCH,
+                             exit_code=exit_code_for(Outcome.REPLAY_MISMATCH), message=str(exc))
+        run.journal.bind(run)
+        return None
 
     @contextlib.contextmanager
     def in_progress(self, run: GuestRun) -> Iterator[None]:

@@ -189,6 +189,8 @@ class GuestRun(RunContext):
         for fd, _entry in self.fds.entries():
             self.close_fd(fd, "run_end")
         code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
+        if self.journal is not None:
+            self.journal.end(outcome, code)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
         return RunResult(

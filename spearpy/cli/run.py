@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from spearpy.cli.hints import NoModelHint
+from spearpy.cli.journal_options import journal_options, pop_journal_options
 from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
 from spearpy.cli.options import host_from_options, host_options
 from spearpy.cli.sandbox import parse_dirs, parse_env, sandbox_options
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
+def cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
     """Ctrl-C or SIGTERM cancels the run: the guest stops at its next epoch
     tick (or wait) and the run ends as `cancelled`, transcripts and metrics
     written. Python's default would raise KeyboardInterrupt, which never
@@ -52,7 +53,7 @@ def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
+def guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
     """With JSON logs, guest `log` lines join the structured stream instead of
     interleaving `[level] text` lines with it."""
     if observe.get("log_format") != "json":
@@ -84,12 +85,14 @@ def _stdio_bridge(stream_id: int) -> StdioBridge:
                    "end of input the session closes once the guest has answered")
 @click.option("--stream-id", type=click.IntRange(0, 0xFFFFFFFF),
               help="the stream id --stream-stdio uses [1]")
+@journal_options
 @host_options
 @observe_options
 def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], env_inherit: bool,
         dir_specs: tuple[str, ...], invoke: str | None, stdin_file: BinaryIO | None,
         stream_stdio: bool, stream_id: int | None, **options: Any) -> None:
     """Run MODULE; arguments after `--` go to the guest."""
+    journal = pop_journal_options(options)
     if stream_id is not None and not stream_stdio:
         raise click.UsageError("--stream-id goes with --stream-stdio")
     if stream_stdio and stdin_file is not None and stdin_file.name == "<stdin>":
@@ -110,13 +113,14 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     bridge = _stdio_bridge(stream_id if stream_id is not None else 1) if stream_stdio else None
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs, \
-                _cancel_on_signals(cancel):
+                cancel_on_signals(cancel):
             obs.sink.add(NoModelHint())
             result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
                               capture_output=False, on_event=obs.sink, cancel=cancel,
-                              on_guest_log=_guest_log_sink(observe),
-                              streams=bridge.hub if bridge is not None else None)
+                              on_guest_log=guest_log_sink(observe),
+                              streams=bridge.hub if bridge is not None else None,
+                              journal=journal)
         if bridge is not None:
             bridge.join(5.0)  # what the guest wrote last reaches stdout
     except SpearpyError as exc:

@@ -38,12 +38,14 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
         "time_now_ms": call_i64(outside=True),
         "wall_time_s": call_i64(outside=True),
         "random_i64": call_i64(outside=True),
-        "sleep_ms": Hostcall((I32,), ()),
+        # No answer, but its wait is the world's: a replay does not wait.
+        "sleep_ms": Hostcall((I32,), (), outside=True),
     }),
     HostcallFamily("chat", "spearpy.hostcalls.chat", {
         "cchat_create": call(0), "cchat_write_msg": call(5), "cchat_write_fn": call(4),
         "cchat_ctl": call(4),
-        "cchat_send": call(2, outside=True),  # model replies, MCP and Python tool results
+        # Model replies, MCP and Python tool results: journaled by the driver.
+        "cchat_send": call(2, outside=True, journaled_inside=True),
         "cchat_recv": call(3), "cchat_close": call(1),
     }),
     HostcallFamily("fd", "spearpy.hostcalls.fd", {
@@ -51,10 +53,11 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
         "spear_epoll_wait": call(4, outside=True),  # readiness
         "spear_epoll_close": call(1),
     }),
-    HostcallFamily("wasi", "spearpy.hostcalls.wasi_poll", {
+    HostcallFamily("wasi", "spearpy.hostcalls.wasi", {
         "poll_oneoff": call(4, outside=True),
         # The i64 precision arrives as its low 32 bits; it is not used.
         "clock_time_get": Hostcall((I32, I64, I32), (I32,), outside=True),
+        "random_get": call(2, outside=True),
     }, import_module=WASI_MODULE, on_error=_WASI_EIO, shadows=True),
     HostcallFamily("user_streams", "spearpy.hostcalls.streams", {
         "user_stream_open": call(2, outside=True), "user_stream_read": call(3, outside=True),
@@ -89,8 +92,21 @@ def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
     return first_call
 
 
+def _journaled(call: str, fn: HostFn) -> HostFn:
+    """`fn`, answered from or recorded into the run's journal when it has one."""
+
+    def journaled(run: RunContext, *args: int) -> int | None:
+        journal = run.journal
+        if journal is None:
+            return fn(run, *args)
+        return journal.hostcall(run, call, args, fn)
+
+    return journaled
+
+
 def _implementation(family: HostcallFamily, name: str) -> HostFn:
-    return _on_first_call(family, name) if family.lazy else family.function(name)
+    fn = _on_first_call(family, name) if family.lazy else family.function(name)
+    return _journaled(f"{family.name}.{name}", fn) if family.calls[name].journaled else fn
 
 
 # The `spear` module's imports: name -> (params, results, implementation).

@@ -35,15 +35,23 @@ class Hostcall:
     params: tuple[str, ...]
     results: tuple[str, ...]
     outside: bool = False  # its answer depends on the outside world
+    # Its outside answers are journaled inside it, finer than the call
+    # (cchat_send: each completion and tool result, by the driver).
+    journaled_inside: bool = False
+
+    @property
+    def journaled(self) -> bool:
+        """Journaled whole at this seam: its result and what it wrote."""
+        return self.outside and not self.journaled_inside
 
 
 def i32s(n: int) -> tuple[str, ...]:
     return (I32,) * n
 
 
-def call(nparams: int, *, outside: bool = False) -> Hostcall:
+def call(nparams: int, *, outside: bool = False, journaled_inside: bool = False) -> Hostcall:
     """The usual shape: `nparams` i32 params, one i32 result."""
-    return Hostcall(i32s(nparams), (I32,), outside)
+    return Hostcall(i32s(nparams), (I32,), outside, journaled_inside)
 
 
 def call_i64(*, outside: bool = False) -> Hostcall:

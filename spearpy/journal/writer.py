@@ -75,12 +75,16 @@ class JournalWriter:
     def start(self, *, module: bytes, argv: Iterable[str], env: Iterable[str], stdin: bytes,
               limits: dict[str, Any], flags: dict[str, Any]) -> int:
         """Write step 0 (Start.of_run); its size in bytes."""
+        return self.write_start(Start.of_run(module=module, argv=argv, env=env, stdin=stdin,
+                                             limits=limits, flags=flags,
+                                             scrubber=self.scrubber))
+
+    def write_start(self, record: Start) -> int:
+        """Write step 0 as given (a run knows its module by digest only)."""
         with self._lock:
             if self._handle.next_seq:
                 raise JournalError(f"journal {self.journal_id!r} has started already")
-            return self._write(Start.of_run(module=module, argv=argv, env=env, stdin=stdin,
-                                            limits=limits, flags=flags,
-                                            scrubber=self.scrubber))
+            return self._write(record)
 
     def append(self, kind: str, request: Any, answer: Any) -> int:
         """Write the next step: an answer of `kind` to `request`; its size in bytes."""

@@ -1,5 +1,6 @@
-"""WASI `poll_oneoff` and `clock_time_get`, replacing wasmtime's so that a
-guest's sleep obeys the run.
+"""The WASI calls spearpy answers itself: `poll_oneoff` and `clock_time_get`,
+so that a guest's sleep obeys the run, and `random_get`, so that a journaled
+run's randomness is journaled like its clocks (docs/durable.md).
 
 C's sleep()/nanosleep() and Rust's thread::sleep reach the host as
 poll_oneoff with a clock subscription. wasmtime's own implementation blocks
@@ -25,6 +26,7 @@ tag u8 @8, clock {id u32 @16, timeout u64 @24, precision u64 @32, flags u16
 
 from __future__ import annotations
 
+import secrets
 import struct
 import time
 from typing import TYPE_CHECKING, Final
@@ -56,6 +58,24 @@ def clock_time_get(run: RunContext, clock_id: int, _precision: int, time_ptr: in
         return _EINVAL
     try:
         run.memory.write(time_ptr, struct.pack("<Q", clock()))
+    except GuestFault:
+        return _EFAULT
+    return _ESUCCESS
+
+
+# A buffer as large as the guest's memory is filled a piece at a time: the
+# host never holds more than this of it.
+_RANDOM_CHUNK: Final = 1 << 16
+
+
+def random_get(run: RunContext, buf_ptr: int, buf_len: int) -> int:
+    """`buf_len` random bytes at `buf_ptr`, like wasmtime's (the OS's CSPRNG)."""
+    length, ptr = buf_len & 0xFFFFFFFF, buf_ptr & 0xFFFFFFFF
+    try:
+        run.memory.check(ptr, length)
+        for offset in range(0, length, _RANDOM_CHUNK):
+            run.memory.write(ptr + offset, secrets.token_bytes(min(_RANDOM_CHUNK,
+                                                                   length - offset)))
     except GuestFault:
         return _EFAULT
     return _ESUCCESS

@@ -1,0 +1,138 @@
+"""`spearpy resume` and `spearpy replay`: a journaled run again (docs/durable.md)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from spearpy.cli.journal_options import SYNC_POLICIES, journal_spec
+from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
+from spearpy.cli.options import config_from_options, host_options
+from spearpy.cli.run import cancel_on_signals, guest_log_sink
+from spearpy.errors import SpearpyError
+
+if TYPE_CHECKING:
+    from spearpy.config import HostConfig
+    from spearpy.durable import JournalSpec
+    from spearpy.journal import Start
+
+
+@click.command()
+@click.argument("path")
+@click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
+              help="the module, when the journal's has moved (its sha256 must match)")
+@click.option("--stdin", "stdin_file", type=click.File("rb"),
+              help="the run's stdin, when the journal keeps only its digest")
+@click.option("--journal-sync", type=click.Choice(SYNC_POLICIES), default=None,
+              help="when the journal is made durable on disk [send]")
+@observe_options
+def resume(path: str, module_path: str | None, stdin_file: Any, journal_sync: str | None,
+           **options: Any) -> None:
+    """Go on with the journaled run at PATH after a crash: its steps are
+    answered from the journal (no paid call made again), then it goes on live
+    with the flags it was started with, appending to PATH."""
+    spec = journal_spec(path, journal_sync, None)
+    start = _start_of(spec)
+    config = _journaled_config(start, {})
+    _run_again(spec, start, config, module_path, stdin_file, pop_observe_options(options))
+
+
+@click.command()
+@click.argument("path")
+@click.option("--until", type=click.IntRange(1), default=None,
+              help="stop before step N (see `spearpy show PATH`)")
+@click.option("--fork-at", type=click.IntRange(0), default=None,
+              help="answer steps 1..N from the journal, then go on live with the flags given "
+                   "here (over the journaled ones), writing a new journal (--journal)")
+@click.option("--journal", "fork_path", metavar="PATH", default=None,
+              help="the new journal of a fork (.jsonl)")
+@click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
+              help="the module, when the journal's has moved (its sha256 must match)")
+@click.option("--stdin", "stdin_file", type=click.File("rb"),
+              help="the run's stdin, when the journal keeps only its digest")
+@host_options
+@observe_options
+def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | None,
+           module_path: str | None, stdin_file: Any, **options: Any) -> None:
+    """Re-execute the journaled run at PATH offline: every answer from the
+    journal, nothing sent upstream, no key needed. --until stops early;
+    --fork-at goes live from a step with other flags, into a new journal."""
+    observe = pop_observe_options(options)
+    if fork_at is None:
+        if fork_path is not None:
+            raise click.UsageError("--journal goes with --fork-at")
+        spec = journal_spec(path, None, None, mode="replay", until=until)
+        start = _start_of(spec)
+        config = _journaled_config(start, {})
+    else:
+        if until is not None or fork_path is None:
+            raise click.UsageError("--fork-at needs --journal NEW.jsonl (and no --until)")
+        spec = journal_spec(path, None, None, mode="fork", until=fork_at,
+                            fork_into=journal_spec(fork_path, None, None))
+        start = _start_of(spec)
+        config = _journaled_config(start, options)
+    _run_again(spec, start, config, module_path, stdin_file, observe)
+
+
+def _start_of(spec: JournalSpec) -> Start:
+    from spearpy.durable import read_start
+
+    try:
+        return read_start(spec)
+    except (SpearpyError, OSError) as exc:
+        raise click.ClickException(f"journal {str(spec.path)!r}: {exc}") from None
+
+
+def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:
+    """The host flags the journaled run had, with the ones given here over them."""
+    from pydantic import ValidationError
+
+    from spearpy.config import HostConfig
+
+    journaled = start.flags.get("host", {})
+    given = config_from_options(overrides) if any(
+        v not in (None, (), False) for v in overrides.values()) else None
+    merged = {**journaled, **(given.model_dump(exclude_unset=True) if given else {})}
+    try:
+        return HostConfig(**merged)
+    except (ValidationError, ValueError) as exc:
+        raise click.ClickException(f"the journal's flags are not usable here: {exc}") from None
+
+
+def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path: str | None,
+               stdin_file: Any, observe: dict[str, Any]) -> None:
+    from spearpy.host import Host
+
+    run_flags = start.flags.get("run", {})
+    module = module_path or start.flags.get("module")
+    if not module:
+        raise click.UsageError("the journal names no module file (the run was given bytes): "
+                               "give it with --module")
+    stdin = start.stdin
+    if stdin is None and start.stdin_length:
+        if stdin_file is None:
+            raise click.UsageError("the journal keeps only a digest of the run's stdin: give "
+                                   "it again with --stdin FILE")
+        stdin = stdin_file.read()
+    host = Host(config)
+    cancel = threading.Event()
+    try:
+        with Observability(observe, api_key_envs=host.key_envs()) as obs, \
+                cancel_on_signals(cancel):
+            result = host.run(
+                module, list(start.argv), env=dict.fromkeys(start.env_names) or None,
+                stdin=stdin or None, inherit_env=bool(run_flags.get("inherit_env")),
+                dirs=[(d[0], d[1]) for d in run_flags.get("dirs", [])],
+                invoke=run_flags.get("invoke"), capture_output=False, on_event=obs.sink,
+                cancel=cancel, on_guest_log=guest_log_sink(observe), journal=spec)
+    except SpearpyError as exc:
+        click.echo(f"spearpy: {exc}", err=True)
+        sys.exit(65)
+    finally:
+        host.close()
+    if result.outcome != "exited":
+        click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
+    sys.exit(result.exit_code)

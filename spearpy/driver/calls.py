@@ -1,0 +1,255 @@
+"""How one send asks for a completion and calls a tool, composed once per send.
+
+The loop's driver (send.py) calls `complete(action)` and `call_tool(action)`
+and nothing else. What stands between them and the backend or the tool
+source depends on the run, and is wrapped around the plain call here, each
+layer only when the run needs it (a run nobody observes, journals or can
+cancel pays for none):
+
+    events        COMPLETION_START/END and TOKEN, TOOL_START/END
+    journal       answered from the run's journal, or recorded into it
+    cancel        the upstream request waited for on a worker, cut short
+                  by a cancel from another thread (upstream.py)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from spearpy import abi
+from spearpy.backends.base import CompletionRequest
+from spearpy.backends.router import route_record
+from spearpy.chat.protocol import CallBudget, CallTool, Complete, ToolOutcome
+from spearpy.driver import upstream
+from spearpy.observe import events as ev
+from spearpy.observe import fields
+
+if TYPE_CHECKING:
+    from spearpy.backends.base import Backend
+    from spearpy.chat.protocol import CompletionResult
+    from spearpy.context import RunContext
+
+CompleteFn = Callable[[CompletionRequest, int], "CompletionResult | None"]
+ToolFn = Callable[[CallTool], ToolOutcome]
+
+
+class SendCalls:
+    """The two calls of one send; None from `complete` means cancelled mid-request."""
+
+    def __init__(self, run: RunContext, fd: int, backend: Backend, model: str,
+                 params: dict[str, Any], budget: CallBudget,
+                 iterations: Callable[[], int]) -> None:
+        self._run = run
+        self._model = model
+        self._forwarded = _forwarded(params)
+        timeout_ms = params.get("timeout_ms")
+        self._timeout_s = timeout_ms / 1000.0 if isinstance(timeout_ms, int) and \
+            timeout_ms > 0 else None
+        self._stream = params.get("stream") is True
+        self._last: CompletionRequest | None = None
+        complete = _plain_complete(backend)
+        if run.options.cancel is not None:
+            complete = _cancellable(backend, run)
+        call = _plain_call(budget)
+        if run.journal is not None:
+            complete, call = _journaled_complete(run, complete), _journaled_call(run, call)
+        self.observed = bool(run.events.sinks)
+        if self.observed:
+            complete = _observed_complete(run, fd, backend, complete)
+            call = _observed_call(run, fd, call, iterations)
+        self._complete = complete
+        self.call_tool: ToolFn = call
+
+    def complete(self, action: Complete) -> CompletionResult | None:
+        return self._complete(self._request(action), action.iteration)
+
+    def _request(self, action: Complete) -> CompletionRequest:
+        """The request for this completion. The last one is asked again when
+        nothing it carries changed: the transcript is one list that grows in
+        place, and most sends ask with the same tools and deadline."""
+        stops = self._run.interrupts
+        deadline = stops.effective_deadline()
+        last = self._last
+        if last is not None and last.messages is action.messages and \
+                last.tools is action.tools and last.deadline == deadline:
+            return last
+        self._last = CompletionRequest(
+            model=self._model, messages=action.messages, tools=action.tools,
+            params=self._forwarded, timeout_s=self._timeout_s, deadline=deadline,
+            cancel=stops.cancel_event, stream=self._stream)
+        return self._last
+
+
+def _forwarded(params: dict[str, Any]) -> dict[str, Any]:
+    from spearpy.chat.params import forwarded_params
+
+    return forwarded_params(params)
+
+
+# ---- the plain calls --------------------------------------------------------------
+
+
+def _plain_complete(backend: Backend) -> CompleteFn:
+    complete = backend.complete
+    return lambda request, _iteration: complete(request)
+
+
+def _cancellable(backend: Backend, run: RunContext) -> CompleteFn:
+    waker = run.interrupts.waker
+    return lambda request, _iteration: upstream.complete(backend, request, waker)
+
+
+def _plain_call(budget: CallBudget) -> ToolFn:
+    def call(action: CallTool) -> ToolOutcome:
+        source = action.tool.source
+        if source is None:
+            return ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
+                               error_message=f"tool {action.call.name!r} has no source to "
+                                             "run it")
+        return source.call(action.tool.ref, action.arguments, budget)
+
+    return call
+
+
+# ---- the journal ------------------------------------------------------------------
+
+
+def _journaled_complete(run: RunContext, inner: CompleteFn) -> CompleteFn:
+    journal = run.journal
+    assert journal is not None
+
+    def complete(request: CompletionRequest, iteration: int) -> CompletionResult | None:
+        return journal.completion(request, lambda: inner(request, iteration))
+
+    return complete
+
+
+def _journaled_call(run: RunContext, inner: ToolFn) -> ToolFn:
+    """A guest tool runs again on replay and its output is checked; any
+    other source's outcome is the journal's while it has one."""
+    journal = run.journal
+    assert journal is not None
+
+    def call(action: CallTool) -> ToolOutcome:
+        source = action.tool.source
+        kind = source.kind if source is not None else "none"
+        name = action.call.name
+        if kind == "guest":
+            outcome = inner(action)
+            journal.guest_tool(name, action.arguments, outcome)
+            return outcome
+        return journal.tool(kind, name, action.arguments, lambda: inner(action))
+
+    return call
+
+
+# ---- events -------------------------------------------------------------------------
+
+
+def _observed_complete(run: RunContext, fd: int, backend: Backend,
+                       inner: CompleteFn) -> CompleteFn:
+    events = run.events
+
+    def complete(request: CompletionRequest, iteration: int) -> CompletionResult | None:
+        events.emit(ev.COMPLETION_START, fd, iteration=iteration,
+                    messages=len(request.messages))
+        tokens = _TokenSink(run, fd, iteration) if request.stream else None
+        if tokens is not None:
+            from dataclasses import replace
+
+            request = replace(request, on_delta=tokens)
+        asked = time.monotonic()
+        result = inner(request, iteration)
+        if tokens is not None:
+            tokens.close()
+        if result is None:
+            events.emit(ev.COMPLETION_END, fd, iteration=iteration,
+                        latency_ms=round((time.monotonic() - asked) * 1000.0, 3),
+                        usage=None, error="cancelled", status=None, tool_calls=0)
+            return None
+        usage = (result.body or {}).get("usage") if result.body else None
+        events.emit(ev.COMPLETION_END, fd, iteration=iteration,
+                    latency_ms=round(result.latency_ms, 3),
+                    usage=usage if isinstance(usage, dict) else None,
+                    error=result.error.code if result.error else None,
+                    status=result.error.status if result.error else None,
+                    tool_calls=_count_tool_calls(result.body),
+                    ttft_ms=tokens.first_ms(asked) if tokens is not None else None,
+                    **_routing(backend))
+        return result
+
+    return complete
+
+
+def _observed_call(run: RunContext, fd: int, inner: ToolFn,
+                   iterations: Callable[[], int]) -> ToolFn:
+    events = run.events
+
+    def call(action: CallTool) -> ToolOutcome:
+        tool, name = action.tool, action.call.name
+        kind = tool.source.kind if tool.source is not None else None
+        iteration = iterations()
+        events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
+                    **fields.tool_start(action.call.id, name, action.arguments,
+                                        iteration=iteration, executed=True, source=kind,
+                                        server=tool.origin))
+        outcome = inner(action)
+        events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
+                    **fields.tool_end(action.call.id, name, iteration=iteration,
+                                      executed=True, registered=True, rc=outcome.rc,
+                                      duration_ms=outcome.duration_ms, output=outcome.output,
+                                      error=outcome.error_code, source=kind,
+                                      server=tool.origin))
+        return outcome
+
+    return call
+
+
+class _TokenSink:
+    """TOKEN events for one streamed completion's text deltas.
+
+    A cancellable run waits for the request on another thread and abandons it
+    on cancel; the abandoned request may still deliver deltas. Once the
+    completion is over for the run (close), they are dropped, so no token
+    event follows its completion_end."""
+
+    __slots__ = ("_fd", "_first", "_iteration", "_lock", "_open", "_run")
+
+    def __init__(self, run: RunContext, fd: int, iteration: int) -> None:
+        self._run, self._fd, self._iteration = run, fd, iteration
+        self._lock = threading.Lock()
+        self._open = True
+        self._first: float | None = None
+
+    def first_ms(self, asked: float) -> float | None:
+        """Time to the first token, from when the completion was asked for."""
+        return None if self._first is None else round((self._first - asked) * 1000.0, 3)
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            if self._first is None:
+                self._first = time.monotonic()
+            if self._open:
+                self._run.events.emit(ev.TOKEN, self._fd, iteration=self._iteration,
+                                      bytes=len(text.encode()), content={"text": text})
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+
+
+def _routing(backend: object) -> dict[str, Any]:
+    # How a routed completion was routed; nothing for a host that does not route.
+    record = route_record(backend)
+    return {"route": record} if record is not None else {}
+
+
+def _count_tool_calls(body: dict[str, Any] | None) -> int:
+    try:
+        calls = body["choices"][0]["message"].get("tool_calls") if body else None
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return 0
+    return len(calls) if isinstance(calls, list) else 0

@@ -1,0 +1,13 @@
+"""Durable runs (docs/durable.md): a run's journal at the run core's seams.
+
+`JournalSpec` says where a run's journal is and what the run does with it
+(record, resume, replay, fork); `RunJournal` is the journal of one run,
+answering from its steps while it replays and recording the outside world's
+answers once live. The journal's format and stores are spearpy.journal.
+"""
+
+from spearpy.durable.run_journal import RunJournal
+from spearpy.durable.spec import JournalSpec, open_run_journal, read_start, run_flags, run_start
+
+__all__ = ["JournalSpec", "RunJournal", "open_run_journal", "read_start", "run_flags",
+           "run_start"]

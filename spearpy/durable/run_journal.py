@@ -1,0 +1,240 @@
+"""One run's journal: what it records live, what it serves back on replay.
+
+A run with a journal records every answer it observes from the outside
+world, at three seams: the hostcall families (`hostcall`: an outside-world
+hostcall's result and the bytes it wrote into guest memory), the driver's
+completions (`chat.completion`) and its calls of tools that are not the
+guest's (`tool.outcome`). Guest tools re-execute; their outputs are checked
+(`guest_tool.output`).
+
+Replaying, the journal answers instead of the world while it has steps:
+nothing is sent upstream, no clock is read, no sleep waits. A resumed run
+then goes on live, appending to the same journal; a replay stops where the
+journal does (or at `--until`); a fork copies the steps it replays into a
+new journal and goes on live with other flags from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from spearpy.chat.protocol import CompletionResult, ToolOutcome, UpstreamError
+from spearpy.durable.recording import RecordingMemory
+from spearpy.errors import HostInterrupt
+from spearpy.journal import JournalError, JournalFull, ReplayDiverged
+from spearpy.journal.records import hostcall_answer, hostcall_writes
+from spearpy.outcome import Outcome
+
+if TYPE_CHECKING:
+    from spearpy.backends.base import CompletionRequest
+    from spearpy.context import RunContext
+    from spearpy.journal import JournalReader, JournalWriter
+
+HostcallFn = Callable[..., "int | None"]
+
+
+class RunJournal:
+    """The journal of one run, bound to it by `bind` before the guest starts.
+
+    `reader`: the steps to serve first (resume, replay, fork); `writer`:
+    where live steps go (None for a pure replay). `until`: replay no step
+    past this seq (a replay's --until, a fork's --fork-at). `copy`: append
+    each replayed step to the writer too (a fork's new journal)."""
+
+    def __init__(self, *, writer: JournalWriter | None = None,
+                 reader: JournalReader | None = None, until: int | None = None,
+                 copy: bool = False) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.until = until
+        self.copy = copy
+        self._run: RunContext | None = None
+        self._elapsed_ms = 0.0  # of the journaled run when this one went live
+        self._live_since = time.monotonic()
+        self._went_live = reader is None
+
+    # ---- lifecycle ----------------------------------------------------------
+
+    def bind(self, run: RunContext) -> None:
+        self._run = run
+        self._live_since = run.started
+
+    def sync(self) -> None:
+        """A send completed: make what it journaled durable (policy `send`)."""
+        if self.writer is not None:
+            self.writer.sync()
+
+    def end(self, outcome: str, exit_code: int) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.end(outcome, exit_code)
+        except JournalError:
+            pass  # ended already (a replay of an ended run that went nowhere new)
+        finally:
+            self.writer.close()
+
+    @property
+    def replaying(self) -> bool:
+        reader = self.reader
+        if reader is None or reader.exhausted:
+            return False
+        return self.until is None or reader.next_seq <= self.until
+
+    # ---- the three seams ------------------------------------------------------
+
+    def hostcall(self, run: RunContext, call: str, args: tuple[int, ...],
+                 fn: HostcallFn) -> int | None:
+        """An outside-world hostcall: its journaled result and memory writes
+        when replaying, else the call itself, recorded."""
+        request = {"call": call, "args": list(args)}
+        answer = self._replayed("hostcall", request)
+        if answer is not None:
+            for ptr, data in hostcall_writes(answer):
+                run.memory.write(ptr, data)
+            rc: int | None = answer["rc"]
+            return rc
+        recorder = RecordingMemory(run.memory)
+        run.memory = recorder
+        try:
+            rc = fn(run, *args)
+        finally:
+            run.memory = recorder.inner
+        self._append("hostcall", request,
+                     hostcall_answer(rc, recorder.writes, self._t(), self._scrubber()))
+        return rc
+
+    def clock(self) -> float:
+        """The send loop's clock (a send's elapsed_ms reaches the guest): ms
+        into the run, journaled like any other reading of the world, and
+        continuous across a resume."""
+        request = {"call": "host.clock", "args": []}
+        answer = self._replayed("hostcall", request)
+        if answer is not None:
+            micros: int = answer["rc"]
+            return micros / 1e6
+        t = self._t()
+        self._append("hostcall", request,
+                     hostcall_answer(round(t * 1000), [], t, self._scrubber()))
+        return t / 1000.0
+
+    def completion(self, request: CompletionRequest,
+                   complete: Callable[[], CompletionResult | None]) -> CompletionResult | None:
+        """One completion of a send: journaled, or asked upstream and recorded
+        (a cancelled one, None, is not an answer and is not recorded)."""
+        asked = _completion_request(request)
+        answer = self._replayed("chat.completion", asked)
+        if answer is not None:
+            error = answer.get("error")
+            return CompletionResult(backend=answer["backend"], model=answer["model"],
+                                    body=answer.get("body"),
+                                    error=UpstreamError(**error) if error else None,
+                                    latency_ms=float(answer.get("latency_ms", 0.0)))
+        result = complete()
+        if result is not None:
+            self._append("chat.completion", asked, {
+                "backend": result.backend, "model": result.model, "body": result.body,
+                "error": asdict(result.error) if result.error is not None else None,
+                "latency_ms": result.latency_ms, "t": self._t()})
+        return result
+
+    def tool(self, source: str, name: str, arguments: str,
+             call: Callable[[], ToolOutcome]) -> ToolOutcome:
+        """A call of a tool that is not the guest's (MCP, Python)."""
+        request = {"source": source, "name": name, "arguments": arguments}
+        answer = self._replayed("tool.outcome", request)
+        if answer is not None:
+            fields = {k: v for k, v in answer.items() if k != "t"}
+            return ToolOutcome(**fields)
+        outcome = call()
+        self._append("tool.outcome", request, {**asdict(outcome), "t": self._t()})
+        return outcome
+
+    def guest_tool(self, name: str, arguments: str, outcome: ToolOutcome) -> None:
+        """A guest tool ran (live or replaying): replaying, its output must be
+        the journaled one; live, its digest is recorded."""
+        request = {"name": name, "arguments": arguments}
+        answer = [outcome.ok, outcome.output, outcome.error_code]
+        reader = self.reader
+        if reader is not None and self.replaying:
+            self._diverged_as_interrupt(lambda: reader.check("guest_tool.output", request,
+                                                             answer))
+            if self.copy:
+                self._append("guest_tool.output", request, answer)
+            return
+        self._stop_if_replay_only("guest_tool.output")
+        self._append("guest_tool.output", request, answer)
+
+    # ---- replaying and recording ------------------------------------------------
+
+    def _replayed(self, kind: str, request: Any) -> dict[str, Any] | None:
+        """The journaled answer while replaying; None once live."""
+        if not self.replaying:
+            self._stop_if_replay_only(kind)
+            self._go_live()
+            return None
+        reader = self.reader
+        assert reader is not None
+        answer: dict[str, Any] = self._diverged_as_interrupt(
+            lambda: reader.next_answer(kind, request))
+        if self.copy:
+            self._append(kind, request, answer)
+        if isinstance(answer.get("t"), int | float):
+            self._elapsed_ms = float(answer["t"])
+        return answer
+
+    def _stop_if_replay_only(self, kind: str) -> None:
+        """A replay that reached the end of what it may serve stops there."""
+        reader = self.reader
+        if reader is None or self.writer is not None:
+            return
+        if self.until is not None and reader.next_seq > self.until:
+            raise HostInterrupt(Outcome.CANCELLED,
+                                f"replay stopped before step {reader.next_seq} (--until "
+                                f"{self.until})")
+        self._diverged_as_interrupt(lambda: reader.next_answer(kind, None))
+
+    def _go_live(self) -> None:
+        """From here the world answers. The run gets the time its journaled
+        run had left, not its whole timeout again."""
+        if self._went_live:
+            return
+        self._went_live = True
+        self._live_since = time.monotonic()
+        run = self._run
+        if run is not None and run.config.timeout:
+            left = max(run.config.timeout - self._elapsed_ms / 1000.0, 0.0)
+            run.interrupts.deadline = self._live_since + left
+
+    def _t(self) -> float:
+        return round(self._elapsed_ms + (time.monotonic() - self._live_since) * 1000.0, 3)
+
+    def _append(self, kind: str, request: Any, answer: Any) -> None:
+        if self.writer is None:
+            return
+        try:
+            size = self.writer.append(kind, request, answer)
+        except JournalFull as exc:
+            raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+        if self._run is not None:
+            self._run.charge(size, "the run's journal")
+
+    def _scrubber(self) -> Any:
+        return self.writer.scrubber if self.writer is not None else None
+
+    @staticmethod
+    def _diverged_as_interrupt(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except ReplayDiverged as exc:
+            raise HostInterrupt(Outcome.REPLAY_MISMATCH, str(exc)) from None
+
+
+def _completion_request(request: CompletionRequest) -> dict[str, Any]:
+    """What a completion asks, as the journal compares it (the timeout,
+    deadline and callbacks are how it is asked, not what)."""
+    return {"model": request.model, "messages": request.messages, "tools": request.tools,
+            "params": request.params, "stream": request.stream}

@@ -1,0 +1,153 @@
+"""Where a run's journal lives, what the run does with it, and opening it.
+
+`JournalSpec(path)` names a journal: a `.jsonl` file (its directory is the
+store, its stem the id), or a store (`sqlite:FILE`, `postgresql://...`, a
+directory) with `journal_id`. A run given one:
+
+- `record` (the default): a new journal is started; an existing one that has
+  not ended is resumed (its steps replayed, then the run goes on live,
+  appending), provided the run is started as the journaled one was (same
+  module, arguments, stdin and flags; else `replay_diverged` at step 0);
+- `replay`: the journal's steps answer and nothing is appended; the run stops
+  where the journal does (or before step `until`);
+- `fork`: the journal's steps up to `until` answer, copied into the journal
+  `fork_into` names, and from there the run goes on live with its own flags.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from spearpy.config import HostConfig
+from spearpy.context import RunOptions
+from spearpy.durable.run_journal import RunJournal
+from spearpy.journal import (
+    DEFAULT_MAX_JOURNAL_BYTES,
+    FileJournalStore,
+    JournalError,
+    JournalReader,
+    JournalStore,
+    JournalWriter,
+    Start,
+    SyncPolicy,
+    open_store,
+)
+from spearpy.journal.records import STDIN_STORED_MAX
+
+Mode = Literal["record", "replay", "fork"]
+# What a replay or fork must share with the journaled run (a fork's flags differ).
+_SAME_RUN = ("module_sha256", "argv", "stdin_sha256")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSpec:
+    path: str | os.PathLike[str]
+    journal_id: str | None = None
+    mode: Mode = "record"
+    sync: SyncPolicy = SyncPolicy.SEND
+    max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES
+    until: int | None = None  # replay: stop before this step; fork: go live after it
+    fork_into: JournalSpec | None = None
+
+    def locate(self) -> tuple[JournalStore, str]:
+        """(the store, the journal's id)."""
+        text = os.fspath(self.path)
+        if text.endswith(".jsonl") and not text.startswith(("sqlite:", "postgres")):
+            path = Path(text)
+            return FileJournalStore(path.parent if str(path.parent) else "."), path.stem
+        if self.journal_id is None:
+            raise JournalError(f"journal store {text!r}: name the journal (journal_id), or "
+                               "give a .jsonl file")
+        return open_store(text), self.journal_id
+
+
+def read_start(spec: JournalSpec) -> Start:
+    """Step 0 of the journal `spec` names: how its run was started."""
+    store, journal_id = spec.locate()
+    try:
+        return JournalReader(store, journal_id).start
+    finally:
+        store.close()
+
+
+def open_run_journal(spec: JournalSpec, start: Start, secrets: list[str]) -> RunJournal:
+    """The RunJournal of a run started as `start` says. ReplayDiverged when
+    it is not the journaled run; JournalBusy when another writer holds it."""
+    store, journal_id = spec.locate()
+    if spec.mode == "replay":
+        reader = JournalReader(store, journal_id, secrets=secrets)
+        reader.check_start(start, _SAME_RUN)
+        return RunJournal(reader=reader, until=spec.until)
+    if spec.mode == "fork":
+        if spec.fork_into is None:
+            raise JournalError("a fork needs the journal to write (fork_into)")
+        reader = JournalReader(store, journal_id, secrets=secrets)
+        reader.check_start(start, _SAME_RUN)
+        new_store, new_id = spec.fork_into.locate()
+        writer = _new_writer(spec.fork_into, new_store, new_id, start, secrets)
+        return RunJournal(reader=reader, writer=writer, until=spec.until, copy=True)
+    existing = {info.id: info for info in store.list()}
+    if journal_id not in existing:
+        return RunJournal(writer=_new_writer(spec, store, journal_id, start, secrets))
+    if existing[journal_id].ended:
+        raise JournalError(f"journal {journal_id!r} has ended: its run is over (replay it "
+                           "with `spearpy replay`, or journal this run elsewhere)")
+    writer = JournalWriter.open(store, journal_id, secrets=secrets, max_bytes=spec.max_bytes,
+                                sync=spec.sync)
+    try:
+        reader = JournalReader(store, journal_id, secrets=secrets)
+        reader.check_start(start)
+    except BaseException:
+        writer.close()
+        raise
+    return RunJournal(reader=reader, writer=writer)
+
+
+def _new_writer(spec: JournalSpec, store: JournalStore, journal_id: str, start: Start,
+                secrets: list[str]) -> JournalWriter:
+    writer = JournalWriter.open(store, journal_id, secrets=secrets, max_bytes=spec.max_bytes,
+                                sync=spec.sync)
+    try:
+        writer.write_start(start)
+        writer.sync()
+    except BaseException:
+        writer.close()
+        raise
+    return writer
+
+
+def run_start(*, module_sha256: str, argv: list[str], env_names: list[str], stdin: bytes,
+              limits: dict[str, Any], flags: dict[str, Any], secrets: list[str]) -> Start:
+    """The start record of a run (Start.of_run, for a module known by digest)."""
+    from spearpy.observe.scrub import SecretScrubber
+
+    scrubber = SecretScrubber(secrets, min_length=4)
+    start = Start.of_run(module=b"", argv=argv, env=env_names, stdin=stdin, limits=limits,
+                         flags=flags, scrubber=scrubber)
+    return replace(start, module_sha256=module_sha256)
+
+
+
+
+# HostConfig fields that change where things are kept, not what a run does.
+_NOT_BEHAVIOUR = frozenset({"cache_dir", "module_cache_bytes"})
+
+
+def run_flags(config: HostConfig, options: RunOptions,
+              module: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """What a journal records of how its run was started, beside argv, the
+    environment's names and stdin: the host's flags (those that change what
+    a run does), the run's options and the module's path when it has one."""
+    host = {k: v for k, v in config.model_dump(mode="json", exclude_defaults=True).items()
+            if k not in _NOT_BEHAVIOUR}
+    run = {"inherit_env": options.inherit_env, "dirs": [list(d) for d in options.dirs],
+           "invoke": options.invoke}
+    return {"host": host, "run": run,
+            "module": os.path.abspath(module) if module is not None else None}
+
+
+__all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "open_run_journal", "read_start",
+           "run_flags", "run_start"]
