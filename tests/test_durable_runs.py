@@ -16,7 +16,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +29,8 @@ from spearpy.testing import ScriptedServer
 from spearpy.tools.python import PythonTools
 from tests.probe import wat_module
 
+# tmp_path_factory is session-wide; each example makes its own directory.
+_FIXTURES = [HealthCheck.function_scoped_fixture]
 SAMPLES = Path(__file__).resolve().parents[1] / "wasm-samples"
 TALLY_SERVER = str(Path(__file__).parent / "mcp_servers" / "tally.py")
 DURABLE = wat_module("durable.wat")
@@ -152,7 +153,7 @@ def test_a_replay_prints_the_same_and_asks_nothing(world: World, durable_run: Jo
     assert plain.stdout != durable_run.result.stdout  # the clocks did move: replay is no accident
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=_FIXTURES)
 @given(data=st.data())
 def test_a_run_cut_at_any_step_resumes_asking_only_what_the_journal_lacks(
         world: World, durable_run: Journaled, tmp_path_factory: pytest.TempPathFactory,
@@ -178,7 +179,7 @@ def test_a_run_cut_at_any_step_resumes_asking_only_what_the_journal_lacks(
         assert resumed.stdout[:first_block] == durable_run.result.stdout[:first_block]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=_FIXTURES)
 @given(data=st.data())
 def test_a_deterministic_guest_resumed_anywhere_ends_as_if_never_stopped(
         tool_run: Journaled, tmp_path_factory: pytest.TempPathFactory,
