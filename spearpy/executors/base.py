@@ -11,6 +11,7 @@ from spearpy.errors import SpearpyError
 from spearpy.outcome import RunResult, exit_code_for
 
 if TYPE_CHECKING:
+    from spearpy.durable import JournalSpec
     from spearpy.host import Host, LoadedModule
     from spearpy.observe.events import EventSink
 
@@ -41,6 +42,8 @@ class RunJob:
     dirs: tuple[tuple[str, str], ...] = ()
     invoke: str | None = None
     collect_events: bool = False  # the result carries the run's events (RunResult.events)
+    # Journal the run there, or resume it from there (docs/durable.md).
+    journal: JournalSpec | None = None
 
 
 class Executor(Protocol):
@@ -83,4 +86,4 @@ def run_on(host: Host, module: LoadedModule, job: RunJob, cancel: threading.Even
     return host.run(module, job.args, env=job.env or None, stdin=job.stdin,
                     dirs=list(job.dirs) or None, invoke=job.invoke, limits=job.limits or None,
                     capture_output=True, cancel=cancel, on_event=on_event,
-                    collect_events=job.collect_events)
+                    collect_events=job.collect_events, journal=job.journal)
