@@ -26,6 +26,7 @@ from spearpy.capture import Capture
 from spearpy.config import HostConfig
 from spearpy.fds import ChatSessionFd, FdTable
 from spearpy.interrupts import Interrupts
+from spearpy.logring import LogRing
 from spearpy.memory import GuestMemory
 from spearpy.observe.events import AUDIO_CLOSE, SESSION_CLOSE, EventBus, EventSink
 from spearpy.outcome import Outcome
@@ -141,6 +142,7 @@ class RunContext:
         self.stdout = Capture() if options.capture_output else None
         self.stderr = Capture() if options.capture_output else None
         self.memory = memory if memory is not None else GuestMemory(None, None)
+        self.logs = LogRing()  # the guest's last log lines (RunResult.logs)
         # The run's journal (docs/durable.md); None: nothing is journaled.
         self.journal: RunJournal | None = None
         self.allocator: tuple[RawFunc, RawFunc] | None = None
@@ -222,6 +224,14 @@ class RunContext:
         """Count guest log bytes; False once they pass max_log_bytes."""
         self._log_bytes += nbytes
         return self._log_bytes <= self.config.max_log_bytes
+
+    def keep_log(self, level: str, text: str) -> None:
+        """Keep a guest log line in the run's ring; what the ring holds is charged."""
+        grown = self.logs.add(level, text)
+        if grown >= 0:
+            self.charge(grown, "the guest's log lines")
+        else:
+            self.release(-grown)
 
     def note_host_bug(self, where: str, exc: BaseException) -> None:
         # A guest that found a way to trigger one can repeat it: log the first

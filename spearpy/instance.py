@@ -198,4 +198,5 @@ class GuestRun(RunContext):
             stdout=bytes(self.stdout.data) if self.stdout is not None else None,
             stderr=bytes(self.stderr.data) if self.stderr is not None else None,
             usage=dict(self.usage), transcripts=list(self.transcripts), elapsed_ms=elapsed,
+            logs=self.logs.lines(), logs_dropped=self.logs.dropped,
         )

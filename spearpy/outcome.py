@@ -60,6 +60,10 @@ class RunResult:
     transcripts: list[dict[str, Any]] = field(default_factory=list)
     elapsed_ms: float = 0.0
     events: list[Any] = field(default_factory=list)
+    # The guest's last log lines, [{"level", "text"}], oldest first (a bounded
+    # ring: spearpy.logring); `logs_dropped` older ones did not fit.
+    logs: list[dict[str, str]] = field(default_factory=list)
+    logs_dropped: int = 0
 
     @property
     def ok(self) -> bool:

@@ -31,6 +31,7 @@ def log(run: RunContext, level: int, ptr: int, length: int) -> int:
     # A guest ending its line with a newline (printf habit) means one line,
     # not that line and an empty one.
     text = raw.decode("utf-8", "replace").removesuffix("\n")
+    run.keep_log(name, text)
     if run.options.guest_log is not None:
         run.options.guest_log(name, text)
         return 0
