@@ -1,5 +1,5 @@
 """spearpy's TOML config file, read once (`--config`, SPEARPY_CONFIG, or
-~/.config/spearpy/config.toml when present).
+~/.config/spearpy/config.toml when present, else SPEAR's ~/.spear/config.toml).
 
 This module is the only one that parses TOML. It reads the file into one
 `ConfigFile` with a field per top-level table and refuses keys it does not
@@ -10,6 +10,12 @@ that object, without I/O: `backends/specs.py` the backends and the default,
 lives with the code that uses it, so a room's new key touches that room only;
 the file's shape (which tables exist) lives here.
 
+A SPEAR config (a file with a `[spearlet]` table, given as the file, found at
+SPEAR's home location or named by `spear_config = "PATH"`) is translated by
+spearpy/spear_config.py into these same tables, so no room knows the file
+was SPEAR's. What the translation leaves out is in `ConfigFile.notes`,
+logged once per process.
+
 A file is parsed once per process and content: the CLI's start-up checks,
 the Host and its catalog all ask for it, and each gets the same parse while
 the file is unchanged. Without a file the TOML parser is not imported.
@@ -17,6 +23,7 @@ the file is unchanged. Without a file the TOML parser is not imported.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -28,9 +35,11 @@ from spearpy.errors import ConfigError
 # Every top-level key the file may hold, and whether its value is a table
 # (dict), an array of tables (list) or a plain value.
 _TABLES: dict[str, type] = {"backends": dict, "models": dict, "routes": list,
-                            "circuit_breaker": dict, "mcp": dict, "task": dict}
-_VALUES = ("default",)
+                            "circuit_breaker": dict, "routing": dict, "realtime": dict,
+                            "discovery": dict, "mcp": dict, "task": dict}
+_VALUES = ("default", "spear_config")
 TOP_LEVEL = (*_VALUES, *_TABLES)
+log = logging.getLogger("spearpy.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,8 @@ class ConfigFile:
     path: Path | None = None
     default: object = None
     tables: dict[str, Any] = field(default_factory=dict)
+    # What a SPEAR config holds that spearpy does not use, one line each.
+    notes: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -74,35 +85,72 @@ def default_config_path() -> Path:
     return Path(base) / "spearpy" / "config.toml"
 
 
+def spear_home_config_path() -> Path:
+    """Where SPEAR looks for its config without `--config`: SPEAR_HOME (which
+    SPEAR prefers to HOME), else the home directory."""
+    home = os.environ.get("SPEAR_HOME") or str(Path.home())
+    return Path(home) / ".spear" / "config.toml"
+
+
 _cache_lock = threading.Lock()
-_cache: dict[tuple[str, int, int], ConfigFile] = {}
+_Key = tuple[str, int, int]
+# The parsed TOML, and the shaped file when it is spearpy's alone: a SPEAR
+# file's translation reads the environment (which credentials are set), so
+# it is translated anew each time, from the kept parse.
+_cache: dict[_Key, tuple[dict[str, Any], ConfigFile | None]] = {}
+_reported: set[str] = set()
 
 
 def read_config_file(path: str | os.PathLike[str] | None) -> ConfigFile:
     """The file at `path`, or at the default location when `path` is None and a
-    file is there (else the empty configuration). An explicit path that cannot
-    be read is a ConfigError."""
-    explicit = path is not None
-    where = Path(path) if path is not None else default_config_path()
+    file is there (spearpy's own, else SPEAR's; else the empty configuration).
+    An explicit path that cannot be read is a ConfigError."""
+    if path is not None:
+        return _read(Path(path))
+    for where in (default_config_path(), spear_home_config_path()):
+        if where.exists():
+            return _read(where)
+    return EMPTY
+
+
+def _read(where: Path) -> ConfigFile:
+    key, raw, shaped = _cached(where)
+    if shaped is not None:
+        return shaped
+    loaded = _shape(raw, where)
+    if "spearlet" not in raw and "spear_config" not in raw:
+        with _cache_lock:
+            _cache[key] = (raw, loaded)
+    for note in loaded.notes:
+        with _cache_lock:
+            if note in _reported:
+                continue
+            _reported.add(note)
+        log.warning("%s", note)
+    return loaded
+
+
+def _parsed(where: Path) -> dict[str, Any]:
+    return _cached(where)[1]
+
+
+def _cached(where: Path) -> tuple[_Key, dict[str, Any], ConfigFile | None]:
     try:
         stat = where.stat()
     except OSError as exc:
-        if not explicit:
-            return EMPTY
         raise ConfigError(f"cannot read the config file {str(where)!r}: {exc.strerror}") \
             from None
     key = (str(where.resolve()), stat.st_mtime_ns, stat.st_size)
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None:
-        return cached
+        return key, *cached
     raw = read_toml(where, "the config file")
-    loaded = _shape(raw, where)
     with _cache_lock:
         if len(_cache) > 16:  # a long-lived process editing its file: keep a few
             _cache.clear()
-        _cache[key] = loaded
-    return loaded
+        _cache[key] = (raw, None)
+    return key, raw, None
 
 
 class TomlSyntaxError(ConfigError):
@@ -135,6 +183,10 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
 
 def _shape(raw: dict[str, Any], path: Path) -> ConfigFile:
     where = f"config file {str(path)!r}"
+    if "spearlet" in raw:
+        from spearpy.spear_config import translate
+
+        return ConfigFile(path, *translate(raw, path))
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ConfigError(f"{where}: unknown top-level keys {unknown}; allowed: "
@@ -148,8 +200,23 @@ def _shape(raw: dict[str, Any], path: Path) -> ConfigFile:
             shape = f"a [{name}] table" if kind is dict else f"an array of [[{name}]] tables"
             raise ConfigError(f"{where}: `{name}` must be {shape}")
         tables[name] = value
-    return ConfigFile(path, raw.get("default"), tables)
+    own = ConfigFile(path, raw.get("default"), tables)
+    spear = raw.get("spear_config")
+    if spear is None:
+        return own
+    if not isinstance(spear, str) or not spear:
+        raise ConfigError(f"{where}: `spear_config` must be the path of a SPEAR config file")
+    from spearpy.spear_config import merge, translate
+
+    spear_path = path.parent / spear
+    spear_raw = _parsed(spear_path)
+    if "spearlet" not in spear_raw:
+        raise ConfigError(f"{where}: spear_config {str(spear_path)!r} has no [spearlet] "
+                          "table: it is not a SPEAR config")
+    theirs = translate(spear_raw, spear_path)
+    default = own.default if own.default is not None else theirs.default
+    return ConfigFile(path, default, merge(own.tables, theirs.tables), theirs.notes)
 
 
 __all__ = ["EMPTY", "TOP_LEVEL", "ConfigFile", "TomlSyntaxError", "default_config_path",
-           "parse_toml", "read_config_file", "read_toml"]
+           "parse_toml", "read_config_file", "read_toml", "spear_home_config_path"]

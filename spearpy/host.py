@@ -355,10 +355,9 @@ class Host:
 
 
 def _config_file_tables(config: HostConfig) -> tuple[list[Path], list[Any], dict[str, Any]]:
-    """(MCP record dirs, inline MCP records, task keys) of the config file."""
+    """(MCP record dirs, inline MCP records, task keys) of the config file
+    (and SMS_MCP_DIR, with or without one)."""
     file = read_config_file(config.config_file)
-    if file.path is None:
-        return [], [], {}
     from spearpy.mcp.config_tables import mcp_tables
 
     dirs, servers = mcp_tables(file)

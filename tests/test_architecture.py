@@ -142,6 +142,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("spearpy._json", "spearpy._jsondiff", "spearpy.abi", "spearpy.outcome",
      "spearpy.secret_env", "spearpy.scratch", "spearpy.errors", "spearpy._files",
      "spearpy._lazy", "spearpy._term", "spearpy.capture", "spearpy.config_file",
+     "spearpy.spear_config",
      "spearpy.retry", "spearpy.logring"),
 )
 

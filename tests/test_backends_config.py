@@ -189,5 +189,7 @@ def test_key_envs_name_every_configured_key_variable(tmp_path: Path,
     path = write_config(tmp_path / "c.toml", {
         "a": {"kind": "anthropic"}, "b": {"api_key_env": "MY_KEY"}, "c": {"api_key_env": ""}},
         default="c")
-    assert catalog(config_file=path).key_envs() == ["ANTHROPIC_API_KEY", "MY_KEY"]
-    assert catalog().key_envs() == ["OPENAI_API_KEY"]
+    # The realtime key rtasr fds may send (issue 32) is a key variable too.
+    assert catalog(config_file=path).key_envs() == ["ANTHROPIC_API_KEY", "MY_KEY",
+                                                    "OPENAI_REALTIME_API_KEY"]
+    assert catalog().key_envs() == ["OPENAI_API_KEY", "OPENAI_REALTIME_API_KEY"]

@@ -83,7 +83,7 @@ def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "problem"), [
     ("colour = 1\n", r"config file '.*config.toml': unknown top-level keys \['colour'\]"),
-    ("[mcp]\ndir = 'x'\n", r"config file '.*config.toml': unknown keys in \[mcp\]: \['dir'\]"),
+    ("[mcp]\ndri = 'x'\n", r"config file '.*config.toml': unknown keys in \[mcp\]: \['dri'\]"),
     ("task = 3\n", r"`task` must be a \[task\] table"),
     ("mcp = []\n", r"`mcp` must be a \[mcp\] table"),
     ("[backends.a]\nmodle = 'x'\n", r"\[backends.a\]: modle: Extra inputs are not permitted"),

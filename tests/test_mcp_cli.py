@@ -99,10 +99,10 @@ def test_the_config_file_names_dirs_and_inline_servers(registry: Path, tmp_path:
 def test_a_bad_mcp_table_is_a_usage_error_naming_the_file(registry: Path,
                                                          tmp_path: Path) -> None:
     config = tmp_path / "spearpy.toml"
-    config.write_text('[mcp]\ndir = ["mcp.d"]\n')
+    config.write_text('[mcp]\ndri = ["mcp.d"]\n')
     result = CliRunner().invoke(mcp, ["list", "--config", str(config)])
     assert result.exit_code == 2
-    assert "spearpy.toml" in result.output and "unknown keys in [mcp]: ['dir']" in result.output
+    assert "spearpy.toml" in result.output and "unknown keys in [mcp]: ['dri']" in result.output
 
 
 def test_call_prints_the_result_and_fails_on_a_tool_error(registry: Path) -> None:

@@ -72,14 +72,24 @@ class BackendCatalog:
         self._cursors: dict[str, ReplayCursor] = {}
         if self.writer is not None:
             self.writer.set_default(default)
+        # What the config file holds that is not used (a SPEAR config's), and
+        # the variables its realtime backends read keys from.
+        self.notes: tuple[str, ...] = ()
+        self.realtime_key_envs: list[str] = []
 
     @classmethod
     def from_config(cls, config: HostConfig) -> BackendCatalog:
         defaults = HostDefaults(config.model, config.request_timeout, config.max_retries)
         record = str(config.record) if config.record is not None else None
         resolved = _resolve(config)
-        return cls(resolved.specs, resolved.default, defaults, record=record,
-                   replay=resolved.cursor, routing=resolved.routing)
+        catalog = cls(resolved.specs, resolved.default, defaults, record=record,
+                      replay=resolved.cursor, routing=resolved.routing)
+        file = read_config_file(config.config_file)
+        catalog.notes = file.notes
+        from spearpy.backends.realtime import realtime_key_envs
+
+        catalog.realtime_key_envs = realtime_key_envs(file)
+        return catalog
 
     @property
     def names(self) -> list[str]:
@@ -179,7 +189,8 @@ class BackendCatalog:
         (for log redaction); a replay reads none."""
         if self.replay is not None:
             return []
-        return sorted({env for s in self.specs.values() if (env := s.key_env())})
+        return sorted({*(env for s in self.specs.values() if (env := s.key_env())),
+                       *self.realtime_key_envs})
 
     def replay_mismatch(self) -> str | None:
         """The first divergence any replay of this catalog hit, if one did."""
@@ -239,6 +250,9 @@ def _resolve(config: HostConfig) -> _Resolved:
     for name, spec in specs.items():
         _check_spec(spec, where[name])
     loaded.routing.check_backends(set(specs), file_label)
+    from spearpy.backends.realtime import realtime_specs
+
+    realtime_specs(file)  # checked now: a bad one fails the host, not an rtasr connect
     routing = loaded.routing.with_aliases(_flag_aliases(config, set(specs)))
     return _Resolved(specs, default, None, routing)
 

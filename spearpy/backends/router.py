@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 from spearpy.backends.routing.health import HealthBoard
 from spearpy.backends.routing.policy import PolicyState
 from spearpy.backends.routing.spec import RoutingSpec
-from spearpy.backends.routing.table import LOCKED, ROUTE, Match, RouteTable, SessionScan
+from spearpy.backends.routing.table import (
+    LOCKED,
+    NO_CANDIDATE,
+    ROUTE,
+    Match,
+    RouteTable,
+    SessionScan,
+)
 from spearpy.chat.protocol import CompletionResult, UpstreamError
 
 if TYPE_CHECKING:
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
 Lookup = Callable[[str], "tuple[Backend | None, str | None]"]
 log = logging.getLogger("spearpy.routing")
 ROUTE_UNAVAILABLE = "route_unavailable"
+NO_CANDIDATE_BACKEND = "no_candidate_backend"  # SPEAR's code for a model no backend serves
 _UNREACHABLE = frozenset({"upstream_unreachable", "upstream_timeout", "upstream_protocol_error"})
 # Not the backend's fault: they say nothing of its health.
 _NEUTRAL = frozenset({"cancelled", "deadline_exceeded", "replay_mismatch"})
@@ -187,7 +195,9 @@ class Router:
                 break
             tried.append({"backend": name, "error": err.code if err else None,
                           "status": err.status if err else None})
-        if result is None:
+        if result is None and plan.match.reason == NO_CANDIDATE:
+            result = self._no_candidate(asked or request.model)
+        elif result is None:
             result = _unavailable(plan, rejected, request.model)
         elif tried:
             result = CompletionResult(result.backend, result.model, result.body, result.error,
@@ -195,6 +205,15 @@ class Router:
         record = _record(plan, rejected, tried, chosen, result)
         state.records.append(record)
         return result, record
+
+
+    def _no_candidate(self, model: str) -> CompletionResult:
+        available = self.table.spec.known_models()
+        return CompletionResult("", model, error=UpstreamError(
+            NO_CANDIDATE_BACKEND,
+            f"no backend serves model {model!r}; available models: "
+            f"{', '.join(available) or 'none'} (or name a backend with the `backend` param)",
+            details={"available_models": available}))
 
 
 class RoutedBackend:
@@ -260,7 +279,8 @@ def _record(plan: Plan, rejected: list[dict[str, str]], tried: list[dict[str, An
     if result.error is None:
         outcome = "fallback" if tried else "ok"
     else:
-        outcome = "unavailable" if result.error.code == ROUTE_UNAVAILABLE else "error"
+        outcome = "unavailable" if result.error.code in (ROUTE_UNAVAILABLE,
+                                                          NO_CANDIDATE_BACKEND) else "error"
     return {
         "route": match.route.name if match.route is not None and plan.by_route else None,
         "reason": match.reason, "policy": match.policy, "model": match.model,

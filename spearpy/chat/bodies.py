@@ -47,10 +47,13 @@ def summary(backend: str, model: str, stats: SendStats, elapsed_s: float) -> JSO
     }
 
 
-def error_body(code: str, message: str, spear: JSONDict, status: int | None = None) -> JSONDict:
+def error_body(code: str, message: str, spear: JSONDict, status: int | None = None,
+               details: JSONDict | None = None) -> JSONDict:
     error: JSONDict = {"code": code, "message": message}
     if status is not None:
         error["status"] = status
+    if details:
+        error.update({k: v for k, v in details.items() if k not in error})
     return {"error": error, "_spear": spear}
 
 

@@ -157,7 +157,7 @@ class ToolLoop:
                 message = None
         if result.error is not None:
             err = result.error
-            self._fail(err.code, err.message, status=err.status)
+            self._fail(err.code, err.message, status=err.status, details=err.details)
             return self._final if advance else None
         if not isinstance(message, dict):
             self._fail(UPSTREAM_BAD_RESPONSE, bad_response_reason(body))
@@ -374,8 +374,10 @@ class ToolLoop:
         spear = self._summary()
         self._end(Done(done_body(body, self.session.messages[-1], spear)), LoopEvent.FINISHED)
 
-    def _fail(self, code: str, message: str, *, status: int | None = None) -> None:
-        self._end(Failed(error_body(code, message, self._summary(), status)), LoopEvent.FAIL)
+    def _fail(self, code: str, message: str, *, status: int | None = None,
+              details: JSONDict | None = None) -> None:
+        self._end(Failed(error_body(code, message, self._summary(), status, details)),
+                  LoopEvent.FAIL)
 
     def _end(self, final: Done | Failed, event: LoopEvent) -> None:
         self.state = next_state(self.state, event)

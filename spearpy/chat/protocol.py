@@ -46,6 +46,8 @@ class UpstreamError:
     code: str  # e.g. "upstream_http_error", "upstream_unreachable", "upstream_bad_json"
     message: str
     status: int | None = None
+    # More fields of the error body (no_candidate_backend's available_models).
+    details: JSONDict | None = None
 
 
 @dataclass(slots=True)

@@ -12,7 +12,9 @@ number of bytes queued, as SPEAR's.
 
 spearpy's own choices where SPEAR's is unsafe or silent (docs/audio.md):
 the `ws_url` param is -EACCES (the host sends the operator's key to the
-realtime URL, so the guest may not choose it); a write larger than the
+realtime URL, so the guest may not choose it) and the `backend` param picks
+among the operator's `[realtime.NAME]` backends only (an unknown name is
+-EINVAL at connect, its status naming the configured ones); a write larger than the
 whole send queue is -EINVAL (it could never fit: -EAGAIN would make a guest
 retry forever); audio written is charged against the run's audio budget
 (-EDQUOT past it, as mic_read), a send-event's JSON against max_host_bytes
@@ -181,10 +183,16 @@ def _connect(run: RunContext, entry: RtAsrFd) -> int:
         with entry.cond:
             entry.state = "Connected"
     else:
-        config = run.config
-        url = config.rtasr_url or protocol.derive_url(config.base_url)
-        model = params.get("model")
-        key = os.environ.get(config.rtasr_api_key_env, "")
+        from spearpy.backends.realtime import realtime_target
+
+        target = realtime_target(run.config, params.get("backend"))
+        if isinstance(target, str):  # the guest named a backend the operator has not
+            with entry.cond:
+                entry.last_error = target
+            return abi.EINVAL
+        url = target.url
+        model = params.get("model") or target.model
+        key = os.environ.get(target.key_env, "") if target.key_env else ""
         secret = params.get("client_secret")
         bearer = secret if isinstance(secret, str) and secret else key
         headers = {"OpenAI-Beta": "realtime=v1"}
@@ -195,7 +203,7 @@ def _connect(run: RunContext, entry: RtAsrFd) -> int:
             entry.segmentation)
         keys = [key, *(os.environ.get(name, "") for name in run.services.key_envs())]
         worker = RealtimeConnection(entry, url, headers, session, SecretScrubber(keys),
-                                    run.interrupts, config.max_retries)
+                                    run.interrupts, run.config.max_retries)
         with entry.cond:
             entry.state = CONNECTING
     entry.worker = worker

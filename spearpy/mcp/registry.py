@@ -15,6 +15,7 @@ records given as objects.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,6 +27,8 @@ from pydantic import ValidationError
 
 from spearpy.config_file import TomlSyntaxError, parse_toml
 from spearpy.mcp.records import ServerRecord
+
+log = logging.getLogger("spearpy.mcp")
 
 RecordSource = ServerRecord | Mapping[str, Any] | str | os.PathLike[str]
 
@@ -229,8 +232,12 @@ def load_registry(dirs: Iterable[str | os.PathLike[str]] = (),
         path = Path(directory)
         if not path.is_dir():
             registry.errors.append(RecordError(str(path), None, "not a directory"))
+            log.warning("MCP registry: %s is not a directory: no MCP servers from it", path)
             continue
         registry.add_source(path, environ)
+        if not _dir_files(path):
+            log.warning("MCP registry: %s holds no records (*.toml, *.json): no MCP servers "
+                        "from it", path)
     for item in records:
         registry.add_source(item, environ)
     return registry

@@ -53,6 +53,7 @@ def explain(router: Router, catalog: BackendCatalog, *, model: str | None,
         "policy": match.policy, "candidates": list(match.targets), "order": plan.order,
         "rejected": plan.rejected, "chosen": plan.order[0] if plan.order else None,
         "models": models, "locks": list(match.locks), "warnings": list(table.warnings),
+        "config_notes": list(catalog.notes),
     }  # fmt: skip
 
 
@@ -84,6 +85,7 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"order:      {' then '.join(order) if order else '(none usable)'}")
     lines.append(f"chosen:     {report['chosen'] or '(none)'}")
     lines += [f"warning:    {warning}" for warning in report["warnings"]]
+    lines += [f"config:     {note}" for note in report.get("config_notes", ())]
     return "\n".join(lines)
 
 

@@ -14,6 +14,10 @@ lock = true
 [circuit_breaker]                          # optional; these are the defaults
 failures = 3                               # consecutive failures that open a circuit
 cooldown = 30                              # seconds before a trial request is let through
+
+[routing]                                  # optional
+unknown_model = "default"                  # or "refuse": a model no alias or route names
+                                           # gets no_candidate_backend (SPEAR's binding)
 ```
 
 Whether `to` and alias backends exist is checked by the catalog, which knows
@@ -34,7 +38,7 @@ from spearpy.errors import ConfigError
 POLICIES = ("priority", "round_robin", "weighted", "least_inflight", "ewma_latency")
 Policy = Literal["priority", "round_robin", "weighted", "least_inflight", "ewma_latency"]
 ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
-TABLES = ("models", "routes", "circuit_breaker")
+TABLES = ("models", "routes", "circuit_breaker", "routing")
 
 
 def _listed(value: object) -> object:
@@ -142,16 +146,33 @@ class BreakerSpec(BaseModel):
     cooldown: float = Field(30.0, gt=0, le=86400)
 
 
+class UnmatchedSpec(BaseModel):
+    """The `[routing]` table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "refuse": a model the guest names that no alias and no route's `model`
+    # glob takes is refused (SPEAR binds models to backends), instead of
+    # going to the default backend.
+    unknown_model: Literal["default", "refuse"] = "default"
+
+
 @dataclass(frozen=True, slots=True)
 class RoutingSpec:
     aliases: Mapping[str, AliasSpec] = field(default_factory=dict)
     routes: tuple[RouteSpec, ...] = ()
     breaker: BreakerSpec = field(default_factory=BreakerSpec)
+    refuse_unknown_models: bool = False
 
     @property
     def active(self) -> bool:
         """False: the host routes exactly as it did before routing existed."""
-        return bool(self.aliases or self.routes)
+        return bool(self.aliases or self.routes or self.refuse_unknown_models)
+
+    def known_models(self) -> list[str]:
+        """The model names aliases and routes take (globs as written)."""
+        names = {*self.aliases, *(m for r in self.routes for m in r.match.model)}
+        return sorted(names)
 
     def with_aliases(self, aliases: Mapping[str, AliasSpec]) -> RoutingSpec:
         """Aliases from flags or Host arguments, over the file's of the same name."""
@@ -196,7 +217,15 @@ def parse_routing(raw: Mapping[str, object], where: str) -> RoutingSpec:
         breaker = BreakerSpec.model_validate(breaker_raw)
     except ValidationError as exc:
         raise ConfigError(f"{where}: [circuit_breaker]: {first_error(exc)}") from None
-    return RoutingSpec(aliases, tuple(routes), breaker)
+    routing_raw = raw.get("routing", {})
+    if not isinstance(routing_raw, dict):
+        raise ConfigError(f"{where}: `routing` must be a table")
+    try:
+        unmatched = UnmatchedSpec.model_validate(routing_raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: [routing]: {first_error(exc)}") from None
+    return RoutingSpec(aliases, tuple(routes), breaker,
+                       unmatched.unknown_model == "refuse")
 
 
 def parse_aliases(raw: object, where: str) -> dict[str, AliasSpec]:

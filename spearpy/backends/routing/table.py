@@ -11,7 +11,9 @@ precedence, first that applies:
 2. the guest's `backend` param (as before routing existed);
 3. an alias of the guest's model (the operator said where that model lives);
 4. the first matching route;
-5. the default backend.
+5. the default backend, unless the guest named a model and `[routing]
+   unknown_model = "refuse"`: then no backend (NO_CANDIDATE), as SPEAR
+   answers a model no backend is bound to.
 
 Locks come before order because a lock is a promise about where matching
 text may go: an earlier unlocked route the guest can steer into (by model,
@@ -40,6 +42,7 @@ PARAM = "backend param"
 ALIAS = "alias"
 ROUTE = "route"
 DEFAULT = "default"
+NO_CANDIDATE = "no candidate"
 _MEMO_LIMIT = 4096
 
 
@@ -57,7 +60,7 @@ class SessionScan:
 class Match:
     """The table's answer: where a completion may go, before health and policy."""
 
-    reason: str  # LOCKED, PARAM, ALIAS, ROUTE or DEFAULT
+    reason: str  # LOCKED, PARAM, ALIAS, ROUTE, DEFAULT or NO_CANDIDATE
     targets: tuple[str, ...]
     route: RouteSpec | None = None
     alias: str | None = None  # the guest's model name an alias applied to
@@ -149,6 +152,8 @@ class RouteTable:
             return Match(ALIAS, (alias_spec.backend,), **common)
         if holding:
             return Match(ROUTE, tuple(holding[0].to), holding[0], **common)
+        if asked and self.spec.refuse_unknown_models:
+            return Match(NO_CANDIDATE, (), **common)
         return Match(DEFAULT, (self.default,), **common)
 
     def matched_model(self, asked: str | None, alias_spec: AliasSpec | None,
