@@ -143,7 +143,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
      "spearpy.secret_env", "spearpy.scratch", "spearpy.errors", "spearpy._files",
      "spearpy._lazy", "spearpy._term", "spearpy.capture", "spearpy.config_file",
      "spearpy.spear_config",
-     "spearpy.retry", "spearpy.logring"),
+     "spearpy.retry", "spearpy.logring", "spearpy.loopback"),
 )
 
 

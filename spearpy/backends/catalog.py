@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     import httpx
 
     from spearpy.backends.cassette import CassetteWriter
-    from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
+    from spearpy.backends.factory import BuiltBackend
+    from spearpy.backends.httpbackend import TransportWrapper
     from spearpy.backends.replay import ReplayCursor
     from spearpy.backends.router import Lookup, Router
     from spearpy.config import HostConfig
@@ -138,9 +139,10 @@ class BackendCatalog:
         exchanges = cursor.exchanges
         return str(exchanges[index]["backend"]) if index < len(exchanges) else None
 
-    def build(self, name: str) -> HTTPBackend:
+    def build(self, name: str) -> BuiltBackend:
         spec = self.specs[name]
         wrap = self._recording_wrapper(name)
+        backend: BuiltBackend
         if spec.kind == "replay":
             backend = self._build_replay(name, spec, wrap)
         else:
@@ -152,7 +154,7 @@ class BackendCatalog:
         return backend
 
     def _build_replay(self, name: str, spec: BackendSpec,
-                      wrap: TransportWrapper | None) -> HTTPBackend:
+                      wrap: TransportWrapper | None) -> BuiltBackend:
         from spearpy.backends.replay import ReplayCursor, replay_backend
 
         if self.replay is not None:

@@ -6,14 +6,19 @@ from typing import TYPE_CHECKING
 
 from spearpy.backends.anthropic import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, AnthropicBackend
 from spearpy.backends.httpbackend import HTTPBackend, TransportWrapper
+from spearpy.backends.ollama import OllamaBackend
 from spearpy.backends.openai import OpenAIBackend
 from spearpy.backends.quirks import QuirkProfile
 from spearpy.backends.specs import BackendSpec, HostDefaults
+from spearpy.backends.stub import StubBackend
 from spearpy.errors import ConfigError
 from spearpy.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
+
+# What a spec builds: a backend over HTTP, or the stub, which has no network.
+BuiltBackend = HTTPBackend | StubBackend
 
 
 class ScriptedBackend(OpenAIBackend):
@@ -49,11 +54,13 @@ class ScriptedBackend(OpenAIBackend):
 
 
 def build_from_spec(name: str, spec: BackendSpec, defaults: HostDefaults,
-                    wrap: TransportWrapper | None = None) -> HTTPBackend:
-    """A backend of kind openai, anthropic or scripted (replay is the catalog's)."""
+                    wrap: TransportWrapper | None = None) -> BuiltBackend:
+    """A backend of any kind but replay (which is the catalog's)."""
     timeout = spec.request_timeout or defaults.request_timeout
     retries = spec.max_retries if spec.max_retries is not None else defaults.max_retries
     model = spec.model or defaults.model
+    if spec.kind == "stub":
+        return StubBackend(name=name, default_model=model)
     if spec.kind == "scripted":
         assert spec.script is not None  # BackendSpec.problem() guarantees it
         return ScriptedBackend(str(spec.script), HostDefaults(model, timeout, retries),
@@ -65,8 +72,9 @@ def build_from_spec(name: str, spec: BackendSpec, defaults: HostDefaults,
             wrap_transport=wrap, max_tokens=spec.max_tokens or DEFAULT_MAX_TOKENS,
             anthropic_version=spec.anthropic_version or ANTHROPIC_VERSION,
         )  # fmt: skip
-    if spec.kind == "openai":
-        return OpenAIBackend(
+    if spec.kind in ("openai", "ollama"):
+        dialect = OllamaBackend if spec.kind == "ollama" else OpenAIBackend
+        return dialect(
             name=name, base_url=spec.url(), api_key_env=spec.key_env(), default_model=model,
             request_timeout=timeout, retry=RetryPolicy(max_retries=retries), quirks=spec.quirks,
             wrap_transport=wrap,

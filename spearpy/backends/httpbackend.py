@@ -32,6 +32,8 @@ from spearpy.backends.quirks import QuirkProfile, quirk_profile
 from spearpy.backends.sse import (
     DeltaGuard,
     DeltaSink,
+    Framer,
+    SSEDecoder,
     SseError,
     StreamAssembler,
     StreamReader,
@@ -96,6 +98,8 @@ class HTTPBackend(abc.ABC):
     path: ClassVar[str] = "/chat/completions"
     # Where a dialect's key lives unless the configuration says otherwise.
     default_key_env: ClassVar[str] = ""
+    # The content type of a streamed reply; a reply of another type is read whole.
+    stream_media_type: ClassVar[str] = "text/event-stream"
 
     def __init__(
         self,
@@ -148,6 +152,10 @@ class HTTPBackend(abc.ABC):
         """What turns this dialect's stream events into the body `decode` takes;
         None: the dialect cannot stream, and `stream` is not asked for."""
         return None
+
+    def stream_framer(self) -> Framer:
+        """What splits this dialect's streamed body into events."""
+        return SSEDecoder()
 
     def describe(self) -> dict[str, Any]:
         """What a cassette needs to rebuild this backend for replay (no secrets)."""
@@ -312,12 +320,14 @@ class HTTPBackend(abc.ABC):
         (an error body, or a server that ignored `stream` and sent JSON)."""
         if not request.stream or not 200 <= response.status_code < 300:
             return None
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if not response.headers.get("content-type", "").startswith(self.stream_media_type):
             return None
         sink = request.on_delta
         guard = DeltaGuard(self._scrubber, sink) if sink is not None else None
         assembler = self.stream_assembler(guard.feed if guard is not None else None)
-        return None if assembler is None else StreamReader(self._scrubber, assembler, guard)
+        if assembler is None:
+            return None
+        return StreamReader(self._scrubber, assembler, guard, self.stream_framer())
 
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes, streamed: JSONDict | None = None) -> _Attempt:

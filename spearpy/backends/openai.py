@@ -11,6 +11,7 @@ import httpx
 
 from spearpy import _json
 from spearpy.backends.base import CompletionRequest
+from spearpy.backends.bounded_get import AnswerRefused, bounded_get
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, error_details
 from spearpy.backends.sse import DeltaSink, OpenAIStream
 from spearpy.chat.protocol import JSONDict
@@ -57,12 +58,13 @@ class OpenAIBackend(HTTPBackend):
 
     def _ask_sole_model(self) -> str | None:
         try:
-            response = self._wire.client.get(self.base_url.rstrip("/") + "/models",
-                                        headers=self._headers, timeout=MODELS_TIMEOUT_S)
-            if response.status_code != 200 or len(response.content) > MAX_MODELS_BYTES:
+            status, raw = bounded_get(self._wire.client, self.base_url.rstrip("/") + "/models",
+                                      headers=self._headers, timeout=MODELS_TIMEOUT_S,
+                                      max_bytes=MAX_MODELS_BYTES)
+            if status != 200:
                 return None
-            listed = _json.loads(response.content).get("data")
-        except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
+            listed = _json.loads(raw).get("data")
+        except (httpx.HTTPError, AnswerRefused, ValueError, AttributeError, RecursionError):
             return None
         if not isinstance(listed, list):
             return None

@@ -23,7 +23,9 @@ from spearpy import _json
 from spearpy.backends.anthropic import AnthropicBackend
 from spearpy.backends.cassette import decode_body, first_difference, load, redact_url
 from spearpy.backends.httpbackend import MAX_RESPONSE_BYTES, HTTPBackend, TransportRefusal
+from spearpy.backends.ollama import OllamaBackend
 from spearpy.backends.openai import OpenAIBackend
+from spearpy.backends.stub import StubBackend
 from spearpy.retry import RetryPolicy
 
 REPLAY_MISMATCH = "replay_mismatch"
@@ -116,12 +118,14 @@ class ReplayTransport(httpx.BaseTransport):
 
 def replay_backend(cursor: ReplayCursor, recorded_name: str, name: str | None = None,
                    *, strict_backend: bool = True,
-                   wrap: Any = None) -> HTTPBackend:
+                   wrap: Any = None) -> HTTPBackend | StubBackend:
     """The backend `recorded_name` of the cassette, answering from it.
 
     `wrap` (an httpx transport wrapper) lets a replay be recorded again.
     """
     desc = cursor.data["backends"][recorded_name]
+    if desc.get("kind") == "stub":  # it sent nothing, and answers again as it did
+        return StubBackend(name=name or recorded_name, default_model=desc.get("model") or None)
     transport = ReplayTransport(cursor, recorded_name if strict_backend else None)
 
     def wrap_transport(_inner: httpx.BaseTransport) -> httpx.BaseTransport:
@@ -140,4 +144,6 @@ def replay_backend(cursor: ReplayCursor, recorded_name: str, name: str | None = 
         return AnthropicBackend(**common, max_tokens=int(desc.get("max_tokens", 4096)),
                                 anthropic_version=str(desc.get("anthropic_version",
                                                                "2023-06-01")))
+    if desc.get("kind") == "ollama":
+        return OllamaBackend(**common)
     return OpenAIBackend(**common)

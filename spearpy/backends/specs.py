@@ -5,7 +5,7 @@ file (spearpy/config_file.py reads the file; this module owns these tables).
 default = "local"                 # optional: the backend a session gets when it names none
 
 [backends.local]
-kind = "openai"                   # openai | anthropic | scripted | replay
+kind = "openai"                   # openai | anthropic | ollama | stub | scripted | replay
 base_url = "http://127.0.0.1:11434/v1"
 api_key_env = ""                  # name of the env var holding the key; "" = send none
 model = "qwen2.5:7b"
@@ -42,11 +42,12 @@ from spearpy.config_file import ConfigFile, read_config_file
 from spearpy.errors import ConfigError
 from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
 
-Kind = Literal["openai", "anthropic", "scripted", "replay"]
+Kind = Literal["openai", "anthropic", "ollama", "stub", "scripted", "replay"]
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com/v1",
+    "ollama": "http://127.0.0.1:11434",  # Ollama's root: the backend appends /api/chat
 }
 DEFAULT_KEY_ENVS: dict[str, str] = {"openai": OPENAI_KEY_ENV, "anthropic": ANTHROPIC_KEY_ENV}
 

@@ -62,7 +62,7 @@ class SSEDecoder:
             for line in lines[:-1]:
                 self._line(line, done)
         self._pending += lines[-1]
-        _check_event(self._data_bytes + len(self._pending))
+        check_event_size(self._data_bytes + len(self._pending))
         return done
 
     def _line(self, line: bytes, done: list[bytes]) -> None:
@@ -76,7 +76,7 @@ class SSEDecoder:
             value = value[1:] if value.startswith(b" ") else value
             self._data.append(value)
             self._data_bytes += len(value) + 1
-            _check_event(self._data_bytes)
+            check_event_size(self._data_bytes)
 
     def close(self) -> list[bytes]:
         """Payloads of an event the stream ended without a blank line after."""
@@ -88,9 +88,10 @@ class SseError(SpearpyError):
     """A stream that cannot become a completion (an error event, no chunk)."""
 
 
-def _check_event(size: int) -> None:
+def check_event_size(size: int, what: str = "an event") -> None:
+    """SseError when one event (`what`) of a stream has grown past MAX_EVENT_BYTES."""
     if size > MAX_EVENT_BYTES:
-        raise SseError(f"the upstream sent an event of more than {MAX_EVENT_BYTES} bytes")
+        raise SseError(f"the upstream sent {what} of more than {MAX_EVENT_BYTES} bytes")
 
 
 class OpenAIStream:
@@ -274,12 +275,21 @@ class StreamAssembler(Protocol):
     def body(self) -> JSONDict: ...
 
 
+class Framer(Protocol):
+    """Splits a streamed body into the payloads of its events (SSE: `data:`
+    fields; Ollama's NDJSON: lines), each bounded by MAX_EVENT_BYTES."""
+
+    def feed(self, chunk: bytes) -> list[bytes]: ...
+
+    def close(self) -> list[bytes]: ...
+
+
 class StreamReader:
     """Feeds a streamed reply's events, secrets removed, to the dialect's assembler."""
 
     def __init__(self, scrubber: SecretScrubber, assembler: StreamAssembler,
-                 guard: DeltaGuard | None) -> None:
-        self._decoder = SSEDecoder()
+                 guard: DeltaGuard | None, framer: Framer | None = None) -> None:
+        self._decoder: Framer = framer if framer is not None else SSEDecoder()
         self._scrubber = scrubber
         self._assembler = assembler
         self._guard = guard

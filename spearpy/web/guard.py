@@ -19,7 +19,6 @@ before any route, for routes that do not exist, and for WebSocket upgrades:
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import os
 import re
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from spearpy.loopback import is_loopback
 from spearpy.observe.redact import Redactor
 from spearpy.web.problems import problem_response
 
@@ -46,16 +46,6 @@ def token_from_env(given: str | None, env: str) -> str | None:
 def check_token(token: str | None) -> None:
     if token is not None and len(token) < MIN_TOKEN_LEN:
         raise ValueError(f"the token must be at least {MIN_TOKEN_LEN} characters")
-
-
-def is_loopback(host: str) -> bool:
-    """`localhost` or an address of 127.0.0.0/8 or ::1 (brackets allowed)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
 
 
 def check_bind(host: str, token: str | None, hint: str = "--token") -> None:
