@@ -367,6 +367,10 @@ def _discovery(value: object, where: str, notes: Notes) -> dict[str, Any]:
         inner = _table(settings, where, "spearlet.llm.discovery.ollama")
         _refuse_secrets(inner, where, "[spearlet.llm.discovery.ollama]")
         out[name] = dict(inner)
+        if inner.get("enabled"):
+            # Said, not silently dropped, until the catalog runs discovery.
+            notes.append(f"{where}: [spearlet.llm.discovery.ollama] is read but discovery "
+                         "does not run yet: configure Ollama models as backends")
     return out
 
 
