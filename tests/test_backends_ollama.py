@@ -98,6 +98,20 @@ def test_tool_sum_guest_runs_its_auto_tool_call_through_native_ollama(
     assert len(ids) == 1 and re.fullmatch(r"call_[0-9a-f]{14}", ids[0]), ids
 
 
+def test_a_recorded_ollama_run_replays_as_ollama(
+        tmp_path: Path, ollama: OllamaServer, hosts: Any) -> None:
+    ollama.chat = _sum_chat
+    config = write_config(tmp_path / "c.toml", {"local": {
+        "kind": "ollama", "base_url": ollama.base_url, "model": "llama3.2"}}, default="local")
+    cassette = tmp_path / "run.cassette.json"
+    live = hosts(config_file=config, record=str(cassette)).run(TOOL_SUM)
+    replaying = hosts(backend=f"replay:{cassette}")
+    replayed = replaying.run(TOOL_SUM)
+    assert replaying.replay_mismatch() is None and replayed.exit_code == 0
+    assert replayed.stdout == live.stdout and b'{"sum":42}' in (live.stdout or b"")
+    assert len(ollama.requests) == 2  # the replay asked nothing
+
+
 # ---- translation ---------------------------------------------------------------------
 
 
