@@ -10,7 +10,7 @@ import click
 
 from spearpy.cli.journal_options import SYNC_POLICIES, journal_spec
 from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
-from spearpy.cli.options import config_from_options, host_options
+from spearpy.cli.options import config_from_options, host_options, require_api_key
 from spearpy.cli.run import cancel_on_signals, guest_log_sink
 from spearpy.errors import SpearpyError
 
@@ -37,6 +37,7 @@ def resume(path: str, module_path: str | None, stdin_file: Any, journal_sync: st
     spec = journal_spec(path, journal_sync, None)
     start = _start_of(spec)
     config = _journaled_config(start, {})
+    require_api_key(config)
     _run_again(spec, start, config, module_path, stdin_file, pop_observe_options(options))
 
 
@@ -74,6 +75,7 @@ def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | N
                             fork_into=journal_spec(fork_path, None, None))
         start = _start_of(spec)
         config = _journaled_config(start, options)
+        require_api_key(config)
     _run_again(spec, start, config, module_path, stdin_file, observe)
 
 
@@ -131,6 +133,10 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)
+    except ValueError as exc:
+        # Host.run refusing its inputs: here they are the journal's (a --dir
+        # gone since, a hand-edited start), which is bad input, not a crash.
+        raise click.ClickException(f"the journaled run cannot start here: {exc}") from None
     finally:
         host.close()
     if result.outcome != "exited":

@@ -40,9 +40,9 @@ class RunJournal:
     """The journal of one run, bound to it by `bind` before the guest starts.
 
     `reader`: the steps to serve first (resume, replay, fork); `writer`:
-    where live steps go (None for a pure replay). `until`: replay no step
-    past this seq (a replay's --until, a fork's --fork-at). `copy`: append
-    each replayed step to the writer too (a fork's new journal)."""
+    where live steps go (None for a pure replay). `until`: the last step
+    served (a fork's --fork-at; the one before a replay's --until). `copy`:
+    append each replayed step to the writer too (a fork's new journal)."""
 
     def __init__(self, *, writer: JournalWriter | None = None,
                  reader: JournalReader | None = None, until: int | None = None,
@@ -71,7 +71,12 @@ class RunJournal:
         if self.writer is None:
             return
         try:
-            self.writer.end(outcome, exit_code)
+            # Stopped before catching up with its journal (diverged, cancelled
+            # mid-replay): that is not how the journaled run ended, and an end
+            # record would refuse the resume that works once the cause (a
+            # changed file, the wrong module) is put right.
+            if not self.replaying:
+                self.writer.end(outcome, exit_code)
         except JournalError:
             pass  # ended already (a replay of an ended run that went nowhere new)
         finally:
@@ -193,8 +198,7 @@ class RunJournal:
             return
         if self.until is not None and reader.next_seq > self.until:
             raise HostInterrupt(Outcome.CANCELLED,
-                                f"replay stopped before step {reader.next_seq} (--until "
-                                f"{self.until})")
+                                f"replay stopped before step {reader.next_seq}, as asked")
         self._diverged_as_interrupt(lambda: reader.next_answer(kind, None))
 
     def _go_live(self) -> None:
@@ -235,6 +239,8 @@ class RunJournal:
 
 def _completion_request(request: CompletionRequest) -> dict[str, Any]:
     """What a completion asks, as the journal compares it (the timeout,
-    deadline and callbacks are how it is asked, not what)."""
-    return {"model": request.model, "messages": request.messages, "tools": request.tools,
-            "params": request.params, "stream": request.stream}
+    deadline and callbacks are how it is asked, not what). Not the model: a
+    flag chooses it (checked at step 0 when a run resumes), and a fork asks
+    the journaled questions under another `--model` before it goes live."""
+    return {"messages": request.messages, "tools": request.tools, "params": request.params,
+            "stream": request.stream}

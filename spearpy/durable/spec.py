@@ -80,7 +80,9 @@ def open_run_journal(spec: JournalSpec, start: Start, secrets: list[str]) -> Run
     if spec.mode == "replay":
         reader = JournalReader(store, journal_id, secrets=secrets)
         reader.check_start(start, _SAME_RUN)
-        return RunJournal(reader=reader, until=spec.until)
+        # RunJournal's `until` is the last step it serves; a replay stops before its own.
+        last = spec.until - 1 if spec.until is not None else None
+        return RunJournal(reader=reader, until=last)
     if spec.mode == "fork":
         if spec.fork_into is None:
             raise JournalError("a fork needs the journal to write (fork_into)")
@@ -143,7 +145,9 @@ def run_flags(config: HostConfig, options: RunOptions,
     a run does), the run's options and the module's path when it has one."""
     host = {k: v for k, v in config.model_dump(mode="json", exclude_defaults=True).items()
             if k not in _NOT_BEHAVIOUR}
-    run = {"inherit_env": options.inherit_env, "dirs": [list(d) for d in options.dirs],
+    # A mount's host side as an absolute path: a resume may run elsewhere.
+    dirs = [[os.path.abspath(host_path), guest_path] for host_path, guest_path in options.dirs]
+    run = {"inherit_env": options.inherit_env, "dirs": dirs,
            "invoke": options.invoke}
     return {"host": host, "run": run,
             "module": os.path.abspath(module) if module is not None else None}
