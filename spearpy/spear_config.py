@@ -237,7 +237,7 @@ def _llm(llm: dict[str, Any], where: str, notes: Notes) -> tuple[dict[str, Any],
     }
     discovery = llm.get("discovery")
     if discovery is not None:
-        tables["discovery"] = _discovery(discovery, where, notes)
+        tables["discovery"] = _discovery(discovery, where)
     default = chat[0][2] if chat else None
     return tables, default
 
@@ -357,7 +357,7 @@ def _routes(chat: list[tuple[int, int, str, dict[str, Any], str | None, int]],
     return routes
 
 
-def _discovery(value: object, where: str, notes: Notes) -> dict[str, Any]:
+def _discovery(value: object, where: str) -> dict[str, Any]:
     table = _table(value, where, "spearlet.llm.discovery")
     out: dict[str, Any] = {}
     for name, settings in table.items():
@@ -366,11 +366,7 @@ def _discovery(value: object, where: str, notes: Notes) -> dict[str, Any]:
                               "[spearlet.llm.discovery]; known: ollama")
         inner = _table(settings, where, "spearlet.llm.discovery.ollama")
         _refuse_secrets(inner, where, "[spearlet.llm.discovery.ollama]")
-        out[name] = dict(inner)
-        if inner.get("enabled"):
-            # Said, not silently dropped, until the catalog runs discovery.
-            notes.append(f"{where}: [spearlet.llm.discovery.ollama] is read but discovery "
-                         "does not run yet: configure Ollama models as backends")
+        out[name] = dict(inner)  # the catalog discovers (backends/catalog.py)
     return out
 
 

@@ -326,3 +326,26 @@ def test_routes_explain_shows_what_is_not_used(servers: dict[str, Any],
     assert report["chosen"] == "other-chat"
     notes = "\n".join(report["config_notes"])
     assert "spearlet.storage.backend is not used" in notes and "'filtered'" in notes
+
+
+def test_ollama_discovery_adds_the_served_models_as_backends_bound_to_them(
+        servers: dict[str, Any], tmp_path: Path, guests: Any) -> None:
+    from tests.ollama_server import OllamaServer
+
+    with OllamaServer(installed=["llama3:latest", "phi3:mini"],
+                      serving=["llama3:latest"]) as ollama:
+        extra = ("[spearlet.llm.discovery.ollama]\nenabled = true\n"
+                 f'base_url = "{ollama.base_url}"\nscope = "installed"\n')
+        guest: Guest = guests(config_file=spear_file(tmp_path / "config.toml", servers,
+                                                     extra=extra))
+        body = guest.send(model="phi3:mini")
+        assert body["_spear"]["backend"] == "ollama/phi3_mini"
+        assert content(body) == "hello"
+        assert [c["model"] for c in ollama.chats()] == ["phi3:mini"]
+        by_name = guest.send(backend="ollama/llama3_latest")
+        assert by_name["_spear"]["backend"] == "ollama/llama3_latest"
+        assert content(guest.send(model="other-model")) == "other says other-model"
+    # Ollama gone: the host still starts, with the configured backends only.
+    guest = guests(config_file=tmp_path / "config.toml")
+    assert content(guest.send(model="other-model")) == "other says other-model"
+    assert guest.send(model="phi3:mini")["error"]["code"] == "no_candidate_backend"

@@ -23,13 +23,21 @@ not an unrelated error body at the guest's first send.
 
 from __future__ import annotations
 
+import glob
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from spearpy.backends.routing.spec import AliasSpec, RoutingSpec, first_error
+from spearpy.backends.routing.spec import (
+    AliasSpec,
+    MatchSpec,
+    RouteSpec,
+    RoutingSpec,
+    first_error,
+)
 from spearpy.backends.specs import BackendSpec, HostDefaults, backend_tables
 from spearpy.config import url_problem
 from spearpy.config_file import read_config_file
@@ -249,14 +257,48 @@ def _resolve(config: HostConfig) -> _Resolved:
             specs["openai"] = _flag_spec(config, "openai", "")
             where["openai"] = "--base-url / OPENAI_BASE_URL"
         default = "openai"
+    discovered = _discovered(file.table("discovery"), specs, where, file_label,
+                             {route.name for route in loaded.routing.routes})
     for name, spec in specs.items():
         _check_spec(spec, where[name])
-    loaded.routing.check_backends(set(specs), file_label)
+    routing = replace(loaded.routing, routes=(*loaded.routing.routes, *discovered)) \
+        if discovered else loaded.routing
+    routing.check_backends(set(specs), file_label)
     from spearpy.backends.realtime import realtime_specs
 
     realtime_specs(file)  # checked now: a bad one fails the host, not an rtasr connect
-    routing = loaded.routing.with_aliases(_flag_aliases(config, set(specs)))
+    routing = routing.with_aliases(_flag_aliases(config, set(specs)))
     return _Resolved(specs, default, None, routing)
+
+
+def _discovered(tables: dict[str, Any], specs: dict[str, BackendSpec], where: dict[str, str],
+                file_label: str, taken: set[str]) -> list[RouteSpec]:
+    """The models a local Ollama serves or has installed, as backends (SPEAR's
+    discovery, read again whenever a catalog is built: at a Host's start and
+    by `spearpy routes explain`), each with a route binding its model to it.
+    An unreachable Ollama gives none, with a warning (ollama_discovery.py)."""
+    table = tables.get("ollama")
+    if not table or not table.get("enabled"):
+        return []
+    from spearpy.backends.ollama_discovery import OllamaDiscovery, discover
+
+    try:
+        settings = OllamaDiscovery.model_validate(table)
+    except ValidationError as exc:
+        raise ConfigError(f"{file_label}: [spearlet.llm.discovery.ollama]: "
+                          f"{first_error(exc)}") from None
+    routes = []
+    for found in discover(settings, taken=set(specs)):
+        specs[found.name] = found.spec
+        where[found.name] = f"{file_label}: Ollama discovery ({settings.base_url})"
+        model = found.spec.model or ""
+        route = "discovered-" + re.sub(r"[^A-Za-z0-9_.-]", "_", found.name)[:50]
+        if route in taken:
+            continue
+        taken.add(route)
+        routes.append(RouteSpec(name=route, match=MatchSpec(model=[glob.escape(model)]),
+                                to=[found.name], weights=[float(found.weight)]))
+    return routes
 
 
 def _flag_aliases(config: HostConfig, known: set[str] | None) -> dict[str, AliasSpec]:
