@@ -47,6 +47,7 @@ SCENARIOS = {
     "R": "bench.r_routing",
     "U": "bench.u_streams",
     "SV": "bench.s_serve",
+    "D": "bench.d_durable",
 }
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
