@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 # it before the guest started.
 OnEnd = Callable[[RunResult | None, BaseException | None], None]
 WORKER_LOST = "worker_lost"
+# The event an executor sends a run's `on_event` when the run's worker died
+# and the run resumes from its journal on another (a RunJob with a journal):
+# the events after it are the resumed run's, whose seqs start at 0 again.
+RUN_RESUMED = "run_resumed"
 
 
 class ExecutorError(SpearpyError, RuntimeError):

@@ -6,8 +6,12 @@ even while the worker is still starting) and one reads what it sends back:
 events as they happen, then each run's end. A worker that dies (OOM killer,
 a crash in native code, SIGKILL) ends each of its runs as `worker_lost` with
 a message naming its pid and how it died, and is replaced; nobody waits for
-it. Workers are fresh interpreters (worker.py): the parent runs threads
-(epoch ticker, HTTP pools) that `fork` would copy mid-use.
+it. A run with a journal (RunJob.journal) is resumed from it on another
+worker instead, at most `max_resumes` times (docs/durable.md: the journal
+answers what the lost worker was told, so no completion it journaled is
+asked again); its `on_event` gets a RUN_RESUMED event first. Workers are
+fresh interpreters (worker.py): the parent runs threads (epoch ticker, HTTP
+pools) that `fork` would copy mid-use.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
+from spearpy.executors.base import RUN_RESUMED, ExecutorError, OnEnd, RunJob, worker_lost
+from spearpy.observe.events import Event
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -41,13 +47,20 @@ _READY_TIMEOUT_S = 120.0
 # workers cannot start any more (the module's config broke, no memory left):
 # the executor fails instead of starting workers forever.
 _MAX_START_FAILURES = 3
+# A journaled run whose worker died is resumed on another this many times;
+# a run that keeps killing its workers then ends worker_lost.
+MAX_RESUMES = 2
 _log = logging.getLogger("spearpy.executors")
 
 
 @dataclass(eq=False)
 class _Run:
+    job: RunJob
+    wasm: bytes  # held for a resume on another worker, which may not have the module
+    cancel: threading.Event
     on_event: EventSink | None
     on_end: OnEnd
+    resumes: int = 0
 
 
 @dataclass(eq=False)
@@ -68,9 +81,12 @@ class ProcessRuns:
     name = "processes"
 
     def __init__(self, config: HostConfig, max_concurrent: int,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, max_resumes: int = MAX_RESUMES) -> None:
         if max_concurrent < 1 or (workers is not None and workers < 1):
             raise ValueError("max_concurrent and workers must be at least 1")
+        if max_resumes < 0:
+            raise ValueError("max_resumes must not be negative")
+        self.max_resumes = max_resumes
         self.workers = workers or max(1, min(os.cpu_count() or 1, max_concurrent))
         self.threads = -(-max_concurrent // self.workers)
         self._spec = pickle.dumps((config.model_dump(), self.threads))
@@ -114,20 +130,24 @@ class ProcessRuns:
 
     def submit(self, job: RunJob, wasm: bytes, host: Host | None, module: LoadedModule | None,
                cancel: threading.Event, on_event: EventSink | None, on_end: OnEnd) -> None:
+        self._place(_Run(job, wasm, cancel, on_event, on_end))
+
+    def _place(self, run: _Run) -> None:
+        job = run.job
         with self._lock:
             live = [w for w in self._workers if not w.dead]
             if not live or self._closing:
                 worker = None
             else:
                 worker = min(live, key=lambda w: (not w.ready.is_set(), len(w.runs)))
-                worker.runs[job.key] = _Run(on_event, on_end)
+                worker.runs[job.key] = run
                 sent = job.sha256 in worker.modules
                 worker.modules.add(job.sha256)
         if worker is None:
-            on_end(worker_lost("no worker process is running"), None)
+            run.on_end(worker_lost("no worker process is running"), None)
             return
-        worker.outbox.put(("run", job, None if sent else wasm, on_event is not None))
-        if cancel.is_set():
+        worker.outbox.put(("run", job, None if sent else run.wasm, run.on_event is not None))
+        if run.cancel.is_set():
             self.cancel(job.key)
 
     def cancel(self, key: str) -> None:
@@ -241,9 +261,30 @@ class ProcessRuns:
                f"{_died(code)} before the run ended")
         for run in runs.values():
             try:
-                run.on_end(worker_lost(why), None)
+                if self._resumable(run):
+                    self._resume(run, why)
+                else:
+                    resumed = f" (resumed {run.resumes} times before)" if run.resumes else ""
+                    run.on_end(worker_lost(why + resumed), None)
             except Exception:
                 _log.exception("ending a lost worker's run failed")
+
+    def _resumable(self, run: _Run) -> bool:
+        with self._lock:
+            going = not self._closing and self.failure is None
+        return going and run.job.journal is not None and not run.cancel.is_set() and \
+            run.resumes < self.max_resumes
+
+    def _resume(self, run: _Run, why: str) -> None:
+        """The lost run again on another worker, from its journal: the dead
+        worker's writer lock on it went with the process."""
+        run.resumes += 1
+        _log.warning("%s; resuming run %s from its journal (%d of at most %d)", why,
+                     run.job.key, run.resumes, self.max_resumes)
+        if run.on_event is not None:
+            run.on_event(Event(RUN_RESUMED, "", -1, time.time(),
+                               data={"message": why, "resumes": run.resumes}))
+        self._place(run)
 
 
 def _died(code: int | None) -> str:

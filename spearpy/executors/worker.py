@@ -106,7 +106,11 @@ def serve(config: dict[str, Any], threads: int, tasks: Connection,
             try:
                 message = tasks.recv()
             except (EOFError, OSError):
-                break  # the parent closed the pipe or died
+                # The parent died (it says "stop" before it closes the pipe).
+                # Go as a crash goes: cancelling the runs would end their
+                # journals as `cancelled`, and the parent's successor (a
+                # restarted `spearpy serve`) could not resume them.
+                os._exit(0)
             if message[0] == "run":
                 pool.submit(runs.run, message[1], message[2], message[3], send)
             elif message[0] == "cancel":

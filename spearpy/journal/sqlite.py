@@ -12,6 +12,7 @@ database.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -55,9 +56,7 @@ class SQLiteJournalStore(SQLJournalStore):
 
     def _connect(self, sync: SyncPolicy | None) -> Any:
         try:
-            # 0600 from the start (SQLite gives its -wal and -shm the same):
-            # the journals hold the runs' conversations
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            _create_private(self.path)
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -78,3 +77,16 @@ class SQLiteJournalStore(SQLJournalStore):
                         (seq, journal_id))
         finally:
             self._query(conn, "PRAGMA synchronous=NORMAL")
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 (SQLite gives its -wal and -shm the
+    same: the journals hold the runs' conversations), only if it is new.
+    Closing a descriptor of a file drops every POSIX lock this process holds
+    on it: opening an existing database here would take the locks of this
+    process's other connections (a run's writer) away, and another process
+    could then reset the WAL under them, losing what they append next."""
+    if path.exists():
+        return
+    with contextlib.suppress(FileExistsError):  # created meanwhile: not opened here
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))

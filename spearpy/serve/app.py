@@ -29,8 +29,10 @@ from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns, workers_lost
 from spearpy.serve.fanout import Hub
+from spearpy.serve.journal_route import JournalPages
 from spearpy.serve.modules import ModuleDir, RecentModules
 from spearpy.serve.problems import CatchAll, exception_handlers
+from spearpy.serve.resume import Resumer, open_journals
 from spearpy.serve.routes import routes
 from spearpy.serve.runs import RunManager
 from spearpy.serve.security import OPEN_PATHS, QUERY_TOKEN_PATHS, BodyCap
@@ -63,13 +65,16 @@ class Service:
                                ["executor"], registry=self.registry)
         self.hub = Hub(config.replay_buffer)
         try:
-            self.store = RunStore(config.state_path)
+            self.store = RunStore(config.state_path,
+                                  open_journals(config.state_path) if config.journal else None)
         except BaseException:
             self.hosts.close(0)
             raise
         self._runs: RunManager | None = None
         self.streams = ServeStreams()  # user streams of the runs (serve/streams.py)
+        self.journal_pages = JournalPages(self)  # GET /v1/runs/{id}/journal
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._resuming: asyncio.Task[None] | None = None
         Gauge("spearpy_serve_runs_active", "Runs in progress", registry=self.registry
               ).set_function(lambda: self._runs.active if self._runs else 0)
         Gauge("spearpy_serve_event_subscribers", "Open event streams",
@@ -115,6 +120,10 @@ class Service:
                                          self.hub, self.encoder, self.metrics, self._loop,
                                          self.rejected.inc, executor,
                                          lambda where: self.started.labels(where).inc())
+        # Before the first request: a client reconnecting to a resumed run finds it.
+        resumer = Resumer(self._runs, self.store, self.modules, self.hosts)
+        resumer.adopt(self.store.resumed, self._loop)
+        self._resuming = self._loop.create_task(resumer.run())
 
     def request_drain(self) -> None:
         """From any thread (a signal handler, a test): stop taking runs and
@@ -127,11 +136,14 @@ class Service:
     async def stop(self) -> None:
         runs = self._runs
         if runs is not None:
-            await runs.drain()
+            await runs.drain()  # a resumed run still waiting for a slot ends cancelled
+        if self._resuming is not None:
+            await self._resuming
         await asyncio.to_thread(self.hosts.close, 5.0)
         if runs is not None:
             await asyncio.to_thread(runs.close)
         await asyncio.to_thread(self.store.close)
+        self.journal_pages.close()
 
     def close_unstarted(self) -> None:
         """For an app whose lifespan never ran."""
@@ -144,7 +156,8 @@ def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
     if config.executor in ("processes", "auto"):
         from spearpy.serve.procs import ProcessRuns
 
-        processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers)
+        processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers,
+                                config.max_resumes)
         if config.executor == "processes":
             return processes
         from spearpy.serve.auto import AutoRuns

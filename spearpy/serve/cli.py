@@ -48,6 +48,10 @@ from spearpy.web.guard import check_bind, token_from_env
               help="a backend a request may pick (repeatable; default: none)")
 @click.option("--no-event-content", is_flag=True,
               help="events carry tool arguments and results only as sizes and hashes")
+@click.option("--journal/--no-journal", default=True, show_default=True,
+              help="journal each run in the state directory, so a restarted service "
+                   "resumes the runs a crash interrupted and a dead worker's run goes on "
+                   "in another (docs/serve.md)")
 @click.option("--access-log/--no-access-log", default=True, show_default=True)
 @host_options
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
@@ -55,7 +59,7 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
           ray_address: str | None,
           grace: float, max_body_bytes: int, max_connections: int | None,
           head_timeout: float, allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
-          no_event_content: bool, access_log: bool, **options: Any) -> None:
+          no_event_content: bool, journal: bool, access_log: bool, **options: Any) -> None:
     """Run agents from MODULES as a service: an HTTP API, live events and a web page.
 
     The backend and limit options are those of `spearpy run`; the limits are
@@ -80,7 +84,8 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
                              max_body_bytes=max_body_bytes,
                              max_connections=max_connections, head_timeout=head_timeout,
                              allow_models=allow_models,
-                             allow_backends=allow_backends, event_content=not no_event_content)
+                             allow_backends=allow_backends, event_content=not no_event_content,
+                             journal=journal)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     host = host_from_options(options)

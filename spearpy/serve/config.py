@@ -55,6 +55,14 @@ class ServeConfig:
     executor: str = "threads"
     workers: int | None = None  # worker processes / Ray actors; None = by CPUs
     ray_address: str | None = None  # with executor="ray": "auto", "local", host:port
+    # Journal each run in the state directory (docs/durable.md), so that a
+    # restarted service resumes the runs a crash interrupted, and a worker
+    # process that dies under a run hands it to another (at most
+    # `max_resumes` times). Off here, as the embedding API's runs were
+    # before (a journal is charged to a run's max_host_bytes); `spearpy
+    # serve` turns it on unless --no-journal.
+    journal: bool = False
+    max_resumes: int = 2
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1:
@@ -74,6 +82,8 @@ class ServeConfig:
             raise ValueError("the ray executor needs a cluster address (--ray ADDRESS)")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if self.max_resumes < 0:
+            raise ValueError("max_resumes must not be negative")
         check_token(self.token)
 
     @property

@@ -49,7 +49,7 @@ OPENAPI: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "id": {"type": "string"}, "module": {"type": "string"},
-                    "status": {"enum": ["running", "finished", "interrupted"]},
+                    "status": {"enum": ["running", "resumed", "finished", "interrupted"]},
                     "outcome": {"type": ["string", "null"],
                                 "description": "exited, cancelled, timeout, trap, ..., or "
                                                "interrupted (the service died)"},
@@ -92,6 +92,14 @@ OPENAPI: dict[str, Any] = {
                                 "content": {"text/event-stream": {}}}, **_ERRORS},
                        parameters=[_ID, {"name": "Last-Event-ID", "in": "header",
                                          "schema": {"type": "integer"}}]),
+        },
+        "/v1/runs/{run_id}/journal": {
+            "get": _op("A journaled run's steps (seq, kind, summary), a page at a time; "
+                       "`next` is the next page's URL or null",
+                       {"200": {"description": "steps"}, **_ERRORS},
+                       parameters=[_ID, *({"name": n, "in": "query",
+                                           "schema": {"type": "integer"}}
+                                          for n in ("after", "limit"))]),
         },
         "/v1/modules": {"get": _op("The modules a run may name, as `spearpy inspect` "
                                    "describes them", {"200": {"description": "modules"}})},

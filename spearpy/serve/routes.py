@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from spearpy.errors import ModuleLoadError
 from spearpy.serve.fanout import follow, sse_message
+from spearpy.serve.journal_route import journal_routes
 from spearpy.serve.openapi import OPENAPI
 from spearpy.serve.problems import Problem
 from spearpy.serve.runs import RunNotRecorded
@@ -216,5 +217,6 @@ def routes() -> list[BaseRoute]:
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}", cancel_run, methods=["DELETE"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        *journal_routes(),
         *stream_routes(),
     ]

@@ -4,12 +4,15 @@ threads of one shared Host by default, worker processes, or Ray).
 At most --max-concurrent runs at once. A run's events come back from
 wherever it executes to the store, and once committed to the event loop
 (`call_soon_threadsafe`), where the run's channel hands them to subscribers.
+A journaled run that resumes (serve/resume.py, or on another worker) keeps
+one sequence of event ids (serve/seqs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import secrets
@@ -21,18 +24,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spearpy.context import RUN_LIMITS
-from spearpy.executors.base import RunJob
+from spearpy.durable import JournalSpec
+from spearpy.executors.base import RUN_RESUMED, RunJob
 from spearpy.executors.hosts import HostPool
 from spearpy.host import Host, LoadedModule
 from spearpy.observe.events import RUN_END, Event, FanOut
 from spearpy.outcome import RunResult, exit_code_for
+from spearpy.serve.auto import needs_service_process
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns
 from spearpy.serve.fanout import Hub
 from spearpy.serve.problems import Problem
 from spearpy.serve.schema import RunRequest
+from spearpy.serve.seqs import EventSeqs
 from spearpy.serve.store import EventRow, RunStore
+from spearpy.serve.store_resume import ResumeInputs
 
 _log = logging.getLogger("spearpy.serve")
 # What the store keeps of one run's events: a guest churning objects (streams
@@ -43,6 +50,7 @@ _log = logging.getLogger("spearpy.serve")
 MAX_STORED_EVENTS = 100_000
 MAX_STORED_EVENT_BYTES = 64 << 20
 EVENTS_DROPPED = "events_dropped"
+JOURNALS = "journals.sqlite3"  # in --state-dir: every journaled run's journal, by run id
 
 
 class RunNotRecorded(Problem):
@@ -66,6 +74,8 @@ class LiveRun:
     stored_bytes: int = 0
     dropped: int = 0  # events past those bounds, not stored
     last_dropped: int = -1  # the seq of the last of them
+    journal: JournalSpec | None = None  # where the run is journaled; None: it is not
+    seqs: EventSeqs = field(default_factory=EventSeqs)  # event seqs -> ids, across resumes
 
 
 class RunManager:
@@ -86,6 +96,7 @@ class RunManager:
         self.executor: Executor = executor or ThreadRuns(config.max_concurrent)
         self._on_start = on_start  # with the executor's name, once a run is handed to it
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
+        self._journals = f"sqlite:{config.state_path / JOURNALS}" if config.journal else None
         self.live: dict[str, LiveRun] = {}
         self.draining = False
         self._drain: asyncio.Task[None] | None = None
@@ -106,16 +117,33 @@ class RunManager:
                           headers={"Retry-After": str(self._config.retry_after_s)},
                           max_concurrent=self._config.max_concurrent)
 
+    def try_slot(self) -> bool:
+        """A slot if one is free (for a resumed run, which waits its turn)."""
+        return not self.draining and self._slots.acquire(blocking=False)
+
     def give_slot(self) -> None:
         self._slots.release()
+
+    def journal_for(self, run_id: str, module: LoadedModule) -> JournalSpec | None:
+        """Where the run is journaled: with journaling on, every run but those
+        with user streams or the microphone (the journal cannot replay a
+        stream's client yet, docs/durable.md)."""
+        if needs_service_process(module):
+            return None
+        return self.journal_spec(run_id)
+
+    def journal_spec(self, run_id: str) -> JournalSpec | None:
+        if self._journals is None:
+            return None
+        return JournalSpec(self._journals, journal_id=run_id)
 
     async def start(self, request: RunRequest, host: Host, module: LoadedModule,
                     limits: dict[str, Any], wasm: bytes) -> LiveRun:
         """Record the run and hand it to a worker; the caller holds a slot."""
         run_id = secrets.token_hex(8)
         target = self.executor.place(module)
-        live = LiveRun(run_id, self._loop.create_future())
-        host = self._host_for(live, host, target)
+        live = LiveRun(run_id, self._loop.create_future(),
+                       journal=self.journal_for(run_id, module))
         # The channel first: a subscriber who sees the record must find it.
         self._hub.open(run_id)
         self.live[run_id] = live
@@ -127,17 +155,19 @@ class RunManager:
                            "loop_limits": {"max_iterations": host.config.max_iterations,
                                            "max_tool_calls": host.config.max_tool_calls},
                            "model": request.model, "backend": request.backend,
-                           "executor": target.name}}
+                           "executor": target.name, "journal": live.journal is not None}}
         live.row = row
         # The run starts while its record is committed: the writer commits in
-        # order, so the record still lands before any of the run's events.
-        inserted = self._store.insert_run(row)
+        # order, so the record still lands before any of the run's events. A
+        # journaled run's env values and stdin are kept until it ends: a
+        # resume needs them, and the record and the journal hold neither.
+        inputs = ResumeInputs(dict(request.env), request.stdin) if live.journal else None
+        inserted = self._store.insert_run(row, inputs)
         job = RunJob(run_id, module.name, module.sha256, list(request.args), dict(request.env),
-                     request.stdin, dict(limits), request.model, request.backend)
-        on_event = FanOut(lambda event: self._on_event(live, event), self._metrics)
+                     request.stdin, dict(limits), request.model, request.backend,
+                     journal=live.journal)
         try:
-            target.submit(job, wasm, host, module, live.cancel, on_event,
-                          lambda result, error: self._end(live, result, error))
+            self.submit(live, target, job, wasm, host, module)
         except BaseException as exc:
             # It never ran: its record ends now (host_error), or the list and
             # page would show it running until a restart. The caller gives
@@ -148,8 +178,6 @@ class RunManager:
             with contextlib.suppress(Exception):
                 await asyncio.wrap_future(inserted)
             raise
-        if self._on_start is not None:
-            self._on_start(target.name)
         # Answered only once the record is on disk: a client that got the id
         # must find the run. A failed insert fails the request; the run
         # then ends on its own, its events and end unrecorded. A waiting
@@ -167,6 +195,22 @@ class RunManager:
         else:
             live.inserted = inserted
         return live
+
+    def submit(self, live: LiveRun, target: Executor, job: RunJob, wasm: bytes, host: Host,
+               module: LoadedModule) -> None:
+        """Hand a recorded run to `target`; its end gives its slot back."""
+        host = self._host_for(live, host, target)
+        on_event = FanOut(lambda event: self._observe(live, event))
+        target.submit(job, wasm, host, module, live.cancel, on_event,
+                      lambda result, error: self._end(live, result, error))
+        if self._on_start is not None:
+            self._on_start(target.name)
+
+    def adopt(self, live: LiveRun) -> None:
+        """A run resumed after a restart, before it is submitted: clients
+        find its channel, DELETE and the shutdown reach it (serve/resume.py)."""
+        self._hub.open(live.id)
+        self.live[live.id] = live
 
     def _host_for(self, live: LiveRun, host: Host, target: Executor) -> Host:
         """The Host a run on `target` is given (StreamingRunManager adds its
@@ -192,6 +236,11 @@ class RunManager:
         finally:
             self.give_slot()
 
+    def record_end(self, live: LiveRun, result: RunResult | None,
+                   error: BaseException | None) -> None:
+        """End a run that holds no slot (a resumed run that never started)."""
+        self._record_end(live, result, error)
+
     def _record_end(self, live: LiveRun, result: RunResult | None,
                     error: BaseException | None) -> None:
         fields, final = self._final(live, result, error)
@@ -201,16 +250,40 @@ class RunManager:
         self._store.finish_run(live.id, fields, final, after=lambda: self._to_loop(
             self._ended, live, final))
 
-    def _on_event(self, live: LiveRun, event: Event) -> None:
-        row = self._encoder.row(event)
-        live.last_seq = event.seq
-        if event.kind == RUN_END:
+    def _observe(self, live: LiveRun, event: Event) -> None:
+        if self._on_event(live, event):
+            self._metrics(event)  # a replayed repeat was counted the first time
+
+    def _on_event(self, live: LiveRun, event: Event) -> bool:
+        """Store and publish one of the run's events; False when it is not
+        the run's own new event (a resume's marker, or one replayed again)."""
+        if event.kind == RUN_RESUMED:  # its worker died: it starts again elsewhere
+            self.mark_resumed(live, "worker_lost", **event.data)
+            return False
+        event_id = live.seqs.id_of(event.seq, event.kind)
+        if event_id is None:
+            return False
+        if event_id != event.seq:
+            event = dataclasses.replace(event, seq=event_id)
+        self._keep(live, self._encoder.row(event))
+        return True
+
+    def mark_resumed(self, live: LiveRun, why: str, **data: Any) -> None:
+        """The `run_resumed` event: the run goes on from its journal."""
+        seq = live.seqs.new_attempt() if why == "worker_lost" else live.seqs.marker()
+        record = {"kind": RUN_RESUMED, "run_id": None, "seq": seq, "ts": time.time(),
+                  "fd": None, "why": why, **data, "service": True}
+        self._keep(live, (seq, RUN_RESUMED, json.dumps(record, separators=(",", ":"))))
+
+    def _keep(self, live: LiveRun, row: EventRow) -> None:
+        live.last_seq = row[0]
+        if row[1] == RUN_END:
             live.final = row  # committed with the finished record, see _execute
             return
         if live.dropped or live.stored >= MAX_STORED_EVENTS or \
                 live.stored_bytes + len(row[2]) > MAX_STORED_EVENT_BYTES:
             live.dropped += 1
-            live.last_dropped = event.seq
+            live.last_dropped = row[0]
             if live.dropped > 1:
                 return
             row = _dropped_row(live, "limit")

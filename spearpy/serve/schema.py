@@ -172,6 +172,8 @@ def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
         "urls": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events",
                  "page": f"/#/runs/{run_id}"},
     }
+    if request.get("journal"):
+        view["urls"]["journal"] = f"/v1/runs/{run_id}/journal"
     if full:
         view.update(stdout=result.get("stdout"), stderr=result.get("stderr"),
                     transcripts=result.get("transcripts", []))

@@ -28,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from spearpy.errors import SpearpyError
+from spearpy.serve import store_resume
+from spearpy.serve.store_resume import EventHistory, Resumable, ResumeInputs
 from spearpy.serve.store_rows import (
     COLUMNS,
+    IN_PROGRESS,
     LISTED,
     UnstoredEnd,
     column,
@@ -45,7 +48,7 @@ from spearpy.serve.store_rows import EventRow as EventRow
 PAGE_EVENTS = 512
 PAGE_EVENT_BYTES = 1 << 20
 _PAGE_RUN_BYTES = 4 << 20
-INTERRUPTED = "the service stopped while the run was in progress (crash or kill)"
+INTERRUPTED = store_resume.INTERRUPTED
 # Commits per batch: enough to keep up with many chatty runs, few enough that
 # the first event of a batch is not held back long.
 _BATCH = 512
@@ -70,7 +73,11 @@ class StoreLocked(SpearpyError, RuntimeError):
 
 
 class RunStore:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    """`resumable`: which of the runs a dead service left in progress resume
+    (store_resume.recover); None: none do, all are marked interrupted."""
+
+    def __init__(self, state_dir: str | os.PathLike[str],
+                 resumable: Resumable | None = None) -> None:
         directory = Path(state_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(directory / "serve.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -81,9 +88,16 @@ class RunStore:
             raise StoreLocked(f"another spearpy serve uses the state directory {directory}"
                               ) from None
         self.path = directory / "runs.sqlite3"
+        # 0600 from the start (SQLite gives its -wal and -shm the same): it
+        # holds the runs' output, and a journaled run's env values and stdin.
+        # Only when new: closing a descriptor of an open database would drop
+        # this process's POSIX locks on it (spearpy/journal/sqlite.py).
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o600))
         self._db = self._connect()
         create_tables(self._db)
-        self.interrupted = self._recover()
+        self.interrupted, self.resumed = store_resume.recover(self._db, resumable)
         self._readers: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._readers_lock = threading.Lock()
@@ -105,26 +119,6 @@ class RunStore:
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
-    def _recover(self) -> list[str]:
-        """Runs left `running` by a service that died: mark them interrupted and
-        end their event stream, so no client waits for them forever."""
-        now = time.time()
-        ids = [row[0] for row in self._db.execute("SELECT id FROM runs WHERE status='running'")]
-        self._db.execute("BEGIN IMMEDIATE")
-        for run_id in ids:
-            (last,) = self._db.execute("SELECT MAX(seq) FROM events WHERE run_id=?",
-                                       (run_id,)).fetchone()
-            seq = -1 if last is None else int(last)
-            record = {"kind": "run_end", "run_id": None, "seq": seq + 1, "ts": now, "fd": None,
-                      "outcome": "interrupted", "exit_code": None, "elapsed_ms": None,
-                      "service": True}
-            self._db.execute("INSERT INTO events VALUES (?,?,?,?)",
-                             (run_id, seq + 1, "run_end", json.dumps(record)))
-            self._db.execute("UPDATE runs SET status='interrupted', outcome='interrupted', "
-                             "ended_at=?, message=? WHERE id=?", (now, INTERRUPTED, run_id))
-        self._db.execute("COMMIT")
-        return ids
-
     # ---- writes: queued to the writer thread, in order ----------------------
 
     def _submit(self, apply: Callable[[sqlite3.Connection], None],
@@ -133,12 +127,17 @@ class RunStore:
         self._queue.put((apply, done, after))
         return done
 
-    def insert_run(self, row: dict[str, Any]) -> Future[None]:
+    def insert_run(self, row: dict[str, Any], inputs: ResumeInputs | None = None
+                   ) -> Future[None]:
+        """The run's record; with `inputs`, what a resume of it needs that
+        the record leaves out (kept until its end)."""
         values = tuple(column(row, name) for name in COLUMNS)
         sql = f"INSERT INTO runs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})"
 
         def apply(db: sqlite3.Connection) -> None:
             db.execute(sql, values)
+            if inputs is not None:
+                store_resume.insert_inputs(db, row["id"], inputs)
 
         return self._submit(apply)
 
@@ -173,6 +172,7 @@ class RunStore:
                            (run_id, *end.final))
             db.execute(f"UPDATE runs SET {', '.join(f'{n}=?' for n in end.names)} WHERE id=?",
                        (*end.values, run_id))
+            store_resume.delete_inputs(db, run_id)
 
         return apply
 
@@ -318,11 +318,11 @@ class RunStore:
             with self._ends_lock:
                 unstored = json.dumps(list(self._ends))
             ended = "id IN (SELECT value FROM json_each(?))"
-            if status == "running":
-                where.append(f"status = 'running' AND NOT {ended}")
-                args.append(unstored)
+            if status in IN_PROGRESS:
+                where.append(f"status = ? AND NOT {ended}")
+                args.extend((status, unstored))
             elif status == "finished":
-                where.append(f"(status = 'finished' OR (status = 'running' AND {ended}))")
+                where.append(f"(status = 'finished' OR (status IN {IN_PROGRESS} AND {ended}))")
                 args.append(unstored)
             else:
                 where.append("status = ?")
@@ -341,6 +341,13 @@ class RunStore:
                 record["result"] = record.pop("summary")
                 runs.append(record)
         return runs, False
+
+    def resume_inputs(self, run_id: str) -> ResumeInputs | None:
+        return store_resume.read_inputs(self._reader(), run_id)
+
+    def event_history(self, run_id: str, max_kinds: int) -> EventHistory:
+        """What a resumed run's events continue (store_resume.EventHistory)."""
+        return store_resume.event_history(self._reader(), run_id, max_kinds)
 
     def events(self, run_id: str, after: int = -1, before: int | None = None) -> list[EventRow]:
         """One page of the run's events after seq `after` and before `before`,

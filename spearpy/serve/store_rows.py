@@ -17,7 +17,12 @@ CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, record TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS resume_inputs (
+    run_id TEXT PRIMARY KEY, env TEXT NOT NULL, stdin TEXT) WITHOUT ROWID;
 """
+# A run's status while it goes on: as started, or resumed from its journal
+# after the service restarted.
+IN_PROGRESS = ("running", "resumed")
 COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
            "exit_code", "message", "host_run_id", "cancel_reason", "result", "summary")
 _JSON_COLUMNS = ("request", "result", "summary")
@@ -69,7 +74,7 @@ class UnstoredEnd:
         self.output_bytes = 0
 
     def over(self, record: dict[str, Any]) -> dict[str, Any]:
-        if record["status"] != "running":
+        if record["status"] not in IN_PROGRESS:
             return record  # the end (or a recovery) is on disk after all
         ended = dict(record)
         for name, value in zip(self.names, self.values, strict=True):

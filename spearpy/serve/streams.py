@@ -78,8 +78,8 @@ class StreamingRunManager(RunManager):
         self.streams = streams
 
     def _host_for(self, live: LiveRun, host: Host, target: Executor) -> Host:
-        if not target.streams:
-            return host
+        if not target.streams or live.journal is not None:
+            return host  # a journaled run's module has no user stream to reach
         hub = StreamHub(self.streams.limits)
         self.streams.hubs[live.id] = hub
 
@@ -106,7 +106,8 @@ async def create_session(request: Request) -> Response:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
         if run_id in service.runs.live:
             raise Problem(409, f"run {run_id} has no user streams: it runs outside the "
-                               "service's process; streams need the threads executor "
+                               "service's process, or is journaled (its module imports no "
+                               "user_stream_* hostcall); streams need the threads executor "
                                "(--executor threads, or auto for a module that imports "
                                "user_stream_*)", slug="streams-unavailable")
         raise Problem(409, f"run {run_id} has ended: its streams are closed", slug="run-ended")

@@ -85,14 +85,19 @@ function ms(value) {
   return value < 1000 ? value.toFixed(value < 10 ? 2 : 0) + " ms" : (value / 1000).toFixed(2) + " s";
 }
 
+// "resumed": going on from its journal after the service restarted.
+function inProgress(run) {
+  return run.status === "running" || run.status === "resumed";
+}
+
 function statusLabel(run) {
-  if (run.status === "running") return run.cancel_requested ? "cancelling" : "running";
+  if (inProgress(run)) return run.cancel_requested ? "cancelling" : run.status;
   if (run.status === "interrupted") return "interrupted";
   return run.outcome === "exited" ? "exited " + run.exit_code : run.outcome;
 }
 
 function pillClass(run) {
-  if (run.status === "running") return "pill running";
+  if (inProgress(run)) return "pill running";
   if (run.outcome === "exited" && run.exit_code === 0) return "pill ok";
   if (run.outcome === "exited") return "pill warn";
   return "pill bad";
@@ -357,7 +362,7 @@ function renderHead(run) {
   const pill = $("rv-status");
   pill.className = pillClass(run);
   pill.textContent = statusLabel(run);
-  $("rv-cancel").hidden = run.status !== "running";
+  $("rv-cancel").hidden = !inProgress(run);
   $("rv-cancel").disabled = !!run.cancel_requested;
   const limits = run.limits_effective || {};
   const shown = Object.entries(limits).map(([k, v]) => limitText(k, v));
@@ -371,7 +376,7 @@ async function showResult() {
   try { run = await api("/v1/runs/" + id); } catch (_) { return; }
   if (!view || view.run.id !== id) return;
   view.run = Object.assign(view.run, run);
-  if (run.status === "running") return;
+  if (inProgress(run)) return;
   if (run.ended_at) view.endedAt = run.ended_at * 1000;
   renderHead(run);
   renderStats();

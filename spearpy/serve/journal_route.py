@@ -1,0 +1,85 @@
+"""`GET /v1/runs/{id}/journal`: a journaled run's steps, a page at a time
+(docs/serve.md). Each step is shown as `spearpy show` prints it: seq, kind
+and a one-line summary (none with --no-event-content, which keeps tool
+arguments and results out of what the service shows)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from spearpy.journal import JournalError, JournalStore, SQLiteJournalStore
+from spearpy.journal.view import summary
+from spearpy.serve.problems import Problem
+from spearpy.serve.runs import JOURNALS
+
+if TYPE_CHECKING:
+    from spearpy.serve.app import Service
+
+PAGE_STEPS = 512
+_DEFAULT_STEPS = 100
+
+
+class JournalPages:
+    """The service's reader of its journal store, opened on first use."""
+
+    def __init__(self, service: Service) -> None:
+        self._path = service.config.state_path / JOURNALS
+        self._lock = threading.Lock()
+        self._store: JournalStore | None = None
+
+    def page(self, run_id: str, after: int, limit: int, content: bool
+             ) -> tuple[list[dict[str, Any]], bool]:
+        """Up to `limit` steps after seq `after`, and whether more follow. The
+        store reads its records a page at a time: none is held beyond these."""
+        with self._lock:
+            if self._store is None:
+                if not self._path.exists():
+                    raise JournalError(f"no journal {run_id!r}")
+                self._store = SQLiteJournalStore(self._path)
+            store = self._store
+        records = (r for r in store.records(run_id) if r.seq > after)
+        steps = [{"seq": r.seq, "kind": r.kind, **({"summary": summary(r)} if content else {})}
+                 for r in itertools.islice(records, limit + 1)]
+        return steps[:limit], len(steps) > limit
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+async def run_journal(request: Request) -> Response:
+    service: Service = request.app.state.service
+    run_id = request.path_params["run_id"]
+    row = await asyncio.to_thread(service.store.get_run, run_id)
+    if row is None:
+        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    query = request.query_params
+    try:
+        after = int(query.get("after", "-1"))
+        limit = min(max(int(query.get("limit", str(_DEFAULT_STEPS))), 1), PAGE_STEPS)
+    except ValueError:
+        raise Problem(400, "after and limit must be integers", slug="bad-query") from None
+    if not (row.get("request") or {}).get("journal"):
+        raise Problem(404, f"run {run_id} has no journal", slug="no-journal")
+    try:
+        steps, more = await asyncio.to_thread(service.journal_pages.page, run_id, after,
+                                              limit, service.config.event_content)
+    except JournalError as exc:
+        raise Problem(404, f"run {run_id}'s journal cannot be read: {exc}",
+                      slug="no-journal") from None
+    page = f"/v1/runs/{run_id}/journal?after={steps[-1]['seq']}&limit={limit}" \
+        if more else None
+    return service.json({"steps": steps, "next": page})
+
+
+def journal_routes() -> list[BaseRoute]:
+    return [Route("/v1/runs/{run_id}/journal", run_journal, methods=["GET"])]

@@ -1,0 +1,125 @@
+"""A restarted service resumes the runs a crash interrupted (docs/serve.md,
+"Resuming runs").
+
+At start-up the store (store_resume.recover) marks `resumed` each run the
+dead service left in progress whose journal has not ended and whose inputs
+were kept; the rest become `interrupted` as before. Each resumed run is
+adopted before the service answers its first request: its channel is open,
+so a client reconnecting with Last-Event-ID follows it on, and DELETE and
+the shutdown reach it. Then, as slots free up, it runs again from its
+journal, which answers everything the run was told before the crash: no
+completion or tool call it journaled is asked again, and its events go on
+from the last one stored (serve/seqs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spearpy.executors.base import RunJob
+from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.serve.runs import JOURNALS, LiveRun, RunManager
+from spearpy.serve.seqs import MAX_KINDS, EventSeqs
+from spearpy.serve.store_resume import Resumable, ResumeInputs
+
+if TYPE_CHECKING:
+    from spearpy.executors.hosts import HostPool
+    from spearpy.serve.modules import ModuleDir
+    from spearpy.serve.store import RunStore
+
+_log = logging.getLogger("spearpy.serve")
+_SLOT_POLL_S = 0.1  # how often a resumed run waiting for a slot looks again
+
+
+def open_journals(state_dir: Path) -> Resumable:
+    """Which runs can resume: those whose journal is in the state directory
+    and has not ended (a run that ended before its end reached the run
+    store has nothing left to do)."""
+
+    def resumable(run_ids: list[str]) -> Iterable[str]:
+        from spearpy.journal import SQLiteJournalStore
+
+        path = state_dir / JOURNALS
+        if not path.exists():
+            return []
+        store = SQLiteJournalStore(path)
+        try:
+            going = {info.id for info in store.list() if not info.ended}
+        finally:
+            store.close()
+        return [run_id for run_id in run_ids if run_id in going]
+
+    return resumable
+
+
+@dataclass
+class _Waiting:
+    live: LiveRun
+    inputs: ResumeInputs
+
+
+class Resumer:
+    def __init__(self, runs: RunManager, store: RunStore, modules: ModuleDir,
+                 hosts: HostPool) -> None:
+        self._runs = runs
+        self._store = store
+        self._modules = modules
+        self._hosts = hosts
+        self._waiting: list[_Waiting] = []
+
+    def adopt(self, run_ids: list[str], loop: asyncio.AbstractEventLoop) -> None:
+        """Register the runs to resume, on the loop, before requests come."""
+        for run_id in run_ids:
+            row = self._store.get_run(run_id)
+            inputs = self._store.resume_inputs(run_id)
+            spec = self._runs.journal_spec(run_id)
+            if row is None or inputs is None or spec is None:
+                continue  # recover() resumes only runs with both, and only when journaling
+            history = self._store.event_history(run_id, MAX_KINDS)
+            live = LiveRun(run_id, loop.create_future(), row=row, journal=spec,
+                           seqs=EventSeqs(history.kinds, history.next_seq),
+                           stored=history.count, stored_bytes=history.size,
+                           last_seq=history.next_seq - 1)
+            self._runs.adopt(live)
+            self._waiting.append(_Waiting(live, inputs))
+
+    async def run(self) -> None:
+        """Start each adopted run once a slot is free, oldest first."""
+        waiting, self._waiting = self._waiting, []
+        for item in waiting:
+            live = item.live
+            while not live.cancel.is_set() and not self._runs.try_slot():
+                await asyncio.sleep(_SLOT_POLL_S)
+            if live.cancel.is_set():
+                # DELETE, or the service shutting down, before it ran again.
+                self._runs.record_end(live, RunResult(
+                    run_id="", outcome=Outcome.CANCELLED,
+                    exit_code=exit_code_for(Outcome.CANCELLED)), None)
+                continue
+            try:
+                await self._launch(live, item.inputs)
+            except Exception as exc:
+                _log.error("serve: run %s could not be resumed: %s", live.id, exc)
+                self._runs.record_end(live, None, exc)
+                self._runs.give_slot()
+
+    async def _launch(self, live: LiveRun, inputs: ResumeInputs) -> None:
+        row: dict[str, Any] = live.row
+        request = row["request"]
+        model, backend = request.get("model"), request.get("backend")
+        name, wasm = await asyncio.to_thread(self._modules.read, row["module"], 404)
+        host = self._hosts.get(model, backend)
+        module = await asyncio.to_thread(host.load, wasm, name)
+        # A changed module is not this run: the journal's start says so
+        # (replay_mismatch, naming step 0) rather than this guessing.
+        self._runs.mark_resumed(live, "restart", message="the service restarted; the run "
+                                "goes on from its journal")
+        job = RunJob(live.id, module.name, module.sha256, list(request.get("args", [])),
+                     inputs.env, inputs.stdin, dict(request.get("limits", {})), model, backend,
+                     journal=live.journal)
+        self._runs.submit(live, self._runs.executor.place(module), job, wasm, host, module)
