@@ -16,6 +16,7 @@ new journal and goes on live with other flags from there.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -25,7 +26,7 @@ from spearpy.chat.protocol import CompletionResult, ToolOutcome, UpstreamError
 from spearpy.durable.recording import RecordingMemory
 from spearpy.errors import HostInterrupt
 from spearpy.journal import JournalError, JournalFull, ReplayDiverged
-from spearpy.journal.records import hostcall_answer, hostcall_writes
+from spearpy.journal.records import canonical, hostcall_answer, hostcall_writes
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class RunJournal:
         self._elapsed_ms = 0.0  # of the journaled run when this one went live
         self._live_since = time.monotonic()
         self._went_live = reader is None
+        self._unsynced = False  # appended since the last sync
+        self._digests = _RequestDigests()
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -63,9 +66,11 @@ class RunJournal:
         self._live_since = run.started
 
     def sync(self) -> None:
-        """A send completed: make what it journaled durable (policy `send`)."""
-        if self.writer is not None:
+        """A send completed: make what it journaled durable (policy `send`).
+        A send that appended nothing (a replayed one) costs no fdatasync."""
+        if self.writer is not None and self._unsynced:
             self.writer.sync()
+            self._unsynced = False
 
     def end(self, outcome: str, exit_code: int) -> None:
         if self.writer is None:
@@ -130,7 +135,7 @@ class RunJournal:
                    complete: Callable[[], CompletionResult | None]) -> CompletionResult | None:
         """One completion of a send: journaled, or asked upstream and recorded
         (a cancelled one, None, is not an answer and is not recorded)."""
-        asked = _completion_request(request)
+        asked = {"digest": self._digests.of(request)}
         answer = self._replayed("chat.completion", asked)
         if answer is not None:
             error = answer.get("error")
@@ -219,10 +224,17 @@ class RunJournal:
     def _append(self, kind: str, request: Any, answer: Any) -> None:
         if self.writer is None:
             return
+        if self._run is not None and self._run.interrupts.run_reason() is not None:
+            # The run is ending (cancelled, out of time): what the host reads
+            # on its way out (the send loop's closing clock, a cancelled
+            # tool's error) is no answer the guest went on with, and a
+            # resume (a stopped batch input's) would diverge at it.
+            return
         try:
             size = self.writer.append(kind, request, answer)
         except JournalFull as exc:
             raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+        self._unsynced = True
         if self._run is not None:
             self._run.charge(size, "the run's journal")
 
@@ -237,10 +249,39 @@ class RunJournal:
             raise HostInterrupt(Outcome.REPLAY_MISMATCH, str(exc)) from None
 
 
-def _completion_request(request: CompletionRequest) -> dict[str, Any]:
-    """What a completion asks, as the journal compares it (the timeout,
-    deadline and callbacks are how it is asked, not what). Not the model: a
-    flag chooses it (checked at step 0 when a run resumes), and a fork asks
-    the journaled questions under another `--model` before it goes live."""
-    return {"messages": request.messages, "tools": request.tools, "params": request.params,
-            "stream": request.stream}
+class _RequestDigests:
+    """What a completion asks, as the journal compares it: a digest of the
+    messages, the tools and the forwarded params (not the model: a fork may
+    ask another, and a resume checks it with the flags at step 0; nor the
+    timeout, deadline or callbacks, which say how it is asked, not what).
+
+    A send's messages are one list that grows in place, so the digest of
+    the history is kept and fed only what was appended since the last
+    completion (re-encoding the whole conversation at every completion grew
+    with it). Live and replay build it by the same steps, so equal
+    conversations give equal digests."""
+
+    __slots__ = ("_count", "_history", "_messages", "_tools", "_tools_digest")
+
+    def __init__(self) -> None:
+        self._messages: list[Any] | None = None
+        self._count = 0
+        self._history = hashlib.sha256()
+        self._tools: list[Any] | None = None
+        self._tools_digest = b""
+
+    def of(self, request: CompletionRequest) -> str:
+        messages = request.messages
+        if messages is not self._messages or len(messages) < self._count:
+            self._messages, self._count, self._history = messages, 0, hashlib.sha256()
+        for message in messages[self._count:]:
+            self._history.update(canonical(message))
+            self._history.update(b"\n")
+        self._count = len(messages)
+        if request.tools is not self._tools or not self._tools_digest:
+            self._tools = request.tools
+            self._tools_digest = hashlib.sha256(canonical(request.tools)).digest()
+        digest = self._history.copy()
+        digest.update(self._tools_digest)
+        digest.update(canonical({"params": request.params, "stream": request.stream}))
+        return digest.hexdigest()
