@@ -17,10 +17,12 @@ from collections.abc import Mapping
 
 import httpx
 
+from spearpy.errors import SpearpyError
+
 __all__ = ["AnswerRefused", "bounded_get"]
 
 
-class AnswerRefused(Exception):
+class AnswerRefused(SpearpyError):
     """The answer went past a bound (the message says which)."""
 
 
