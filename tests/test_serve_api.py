@@ -355,3 +355,12 @@ def test_a_replaced_module_is_run_once_its_cache_entry_is_old(tmp_path: Path) ->
     assert first["sha256"] != second["sha256"]
     assert "hello" in first["stdout"].lower() and second["outcome"] == "exited"
     assert_problem(gone, 422, "unknown-module")
+
+
+def test_a_runs_guest_log_lines_are_kept_and_served(client: httpx.Client) -> None:
+    run = client.post("/v1/runs", json={"module": "c_hello", "wait": True}).json()
+    assert run["outcome"] == "exited" and run["urls"]["logs"] == f"/v1/runs/{run['id']}/logs"
+    logs = client.get(run["urls"]["logs"]).json()
+    assert logs["id"] == run["id"] and logs["dropped"] == 0
+    assert logs["logs"] and all(set(line) == {"level", "text"} for line in logs["logs"])
+    assert client.get("/v1/runs/nope/logs").status_code == 404

@@ -93,6 +93,11 @@ OPENAPI: dict[str, Any] = {
                        parameters=[_ID, {"name": "Last-Event-ID", "in": "header",
                                          "schema": {"type": "integer"}}]),
         },
+        "/v1/runs/{run_id}/logs": {
+            "get": _op("The guest's last log lines (a bounded ring, oldest first; "
+                       "`dropped` earlier ones were not kept), once the run has ended",
+                       {"200": {"description": "log lines"}, **_ERRORS}, parameters=[_ID]),
+        },
         "/v1/runs/{run_id}/journal": {
             "get": _op("A journaled run's steps (seq, kind, summary), a page at a time; "
                        "`next` is the next page's URL or null",

@@ -125,6 +125,18 @@ async def get_run(request: Request) -> Response:
                         redacted=RESULT_FIELDS)
 
 
+async def run_logs(request: Request) -> Response:
+    """The guest's last log lines (SPEAR's API returns an execution's log
+    lines): kept in a bounded ring, oldest first, once the run has ended."""
+    service = _service(request)
+    run_id = request.path_params["run_id"]
+    row = await _run_row(service, run_id)
+    result = row.get("result") or {}
+    return service.json({"id": run_id, "status": row["status"],
+                         "logs": result.get("logs", []),
+                         "dropped": result.get("logs_dropped", 0)}, redacted=("logs",))
+
+
 async def cancel_run(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
@@ -217,6 +229,7 @@ def routes() -> list[BaseRoute]:
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}", cancel_run, methods=["DELETE"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/v1/runs/{run_id}/logs", run_logs, methods=["GET"]),
         *journal_routes(),
         *stream_routes(),
     ]

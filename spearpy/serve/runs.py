@@ -314,7 +314,9 @@ class RunManager:
         output = {"usage": result.usage, "elapsed_ms": round(result.elapsed_ms, 3),
                   "stdout": (result.stdout or b"").decode("utf-8", "replace"),
                   "stderr": (result.stderr or b"").decode("utf-8", "replace"),
-                  "transcripts": result.transcripts}
+                  "transcripts": result.transcripts,
+                  # The guest's last log lines (a bounded ring: spearpy.logring).
+                  "logs": result.logs, "logs_dropped": result.logs_dropped}
         fields = {"status": "finished", "ended_at": time.time(), "outcome": result.outcome,
                   "exit_code": result.exit_code, "message": self._encoder.redact(message),
                   "host_run_id": result.run_id or None, "cancel_reason": live.cancel_reason,

@@ -170,7 +170,7 @@ def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
         "backend": request.get("backend"), "executor": request.get("executor"),
         "usage": result.get("usage"),
         "urls": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events",
-                 "page": f"/#/runs/{run_id}"},
+                 "logs": f"/v1/runs/{run_id}/logs", "page": f"/#/runs/{run_id}"},
     }
     if request.get("journal"):
         view["urls"]["journal"] = f"/v1/runs/{run_id}/journal"

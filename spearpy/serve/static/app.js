@@ -388,7 +388,19 @@ async function showResult() {
   $("rs-stdout").textContent = run.stdout || "";
   $("rs-stderr").textContent = run.stderr || "";
   $("stderr-box").hidden = !run.stderr;
+  showLogs(id);
   refreshRuns();
+}
+
+// The guest's last log lines, as the service kept them (GET /v1/runs/{id}/logs).
+async function showLogs(id) {
+  let logs;
+  try { logs = await api("/v1/runs/" + id + "/logs"); } catch (_) { return; }
+  if (!view || view.run.id !== id) return;
+  const lines = logs.logs.map((line) => "[" + line.level + "] " + line.text);
+  if (logs.dropped) lines.unshift("(" + logs.dropped + " earlier lines not kept)");
+  $("rs-logs").textContent = lines.join("\n");
+  $("logs-box").hidden = lines.length === 0;
 }
 
 async function openRun(id) {
