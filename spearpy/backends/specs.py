@@ -37,7 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spearpy.backends.quirks import PROFILES, quirk_profile
-from spearpy.backends.routing.spec import RoutingSpec, parse_routing
+from spearpy.backends.routing.spec import RoutingSpec, first_error, parse_routing
 from spearpy.config_file import ConfigFile, read_config_file
 from spearpy.errors import ConfigError
 from spearpy.secret_env import ANTHROPIC_KEY_ENV, OPENAI_KEY_ENV
@@ -135,7 +135,7 @@ def backend_specs(file: ConfigFile) -> tuple[dict[str, BackendSpec], str | None]
         try:
             spec = BackendSpec.model_validate(table)
         except ValidationError as exc:
-            raise ConfigError(f"{where}: [backends.{name}]: {_first_error(exc)}") from None
+            raise ConfigError(f"{where}: [backends.{name}]: {first_error(exc)}") from None
         problem = spec.problem()
         if problem is not None:
             raise ConfigError(f"{where}: [backends.{name}]: {problem}")
@@ -154,13 +154,6 @@ def _relative_to(spec: BackendSpec, base: Path) -> BackendSpec:
                                                    ("cassette", spec.cassette))
               if value is not None and not value.is_absolute()}
     return spec.model_copy(update=update) if update else spec
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(table)"
-    message = str(err["msg"]).removeprefix("Value error, ")
-    return f"{loc}: {message}"
 
 
 __all__ = ["PROFILES", "BackendSpec", "BackendTables", "HostDefaults", "backend_specs",

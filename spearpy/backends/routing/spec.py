@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -210,22 +210,24 @@ def parse_routing(raw: Mapping[str, object], where: str) -> RoutingSpec:
             raise ConfigError(f"{where}: {label}: name {route.name!r} is used by an earlier "
                               "route")
         routes.append(route)
-    breaker_raw = raw.get("circuit_breaker", {})
-    if not isinstance(breaker_raw, dict):
-        raise ConfigError(f"{where}: `circuit_breaker` must be a table")
-    try:
-        breaker = BreakerSpec.model_validate(breaker_raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{where}: [circuit_breaker]: {first_error(exc)}") from None
-    routing_raw = raw.get("routing", {})
-    if not isinstance(routing_raw, dict):
-        raise ConfigError(f"{where}: `routing` must be a table")
-    try:
-        unmatched = UnmatchedSpec.model_validate(routing_raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{where}: [routing]: {first_error(exc)}") from None
+    breaker = _table_of(BreakerSpec, raw, "circuit_breaker", where)
+    unmatched = _table_of(UnmatchedSpec, raw, "routing", where)
     return RoutingSpec(aliases, tuple(routes), breaker,
                        unmatched.unknown_model == "refuse")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _table_of(model: type[_M], raw: Mapping[str, object], key: str, where: str) -> _M:
+    """The `[key]` table as `model`; ConfigError naming the table and key."""
+    table = raw.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: `{key}` must be a table")
+    try:
+        return model.model_validate(table)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: [{key}]: {first_error(exc)}") from None
 
 
 def parse_aliases(raw: object, where: str) -> dict[str, AliasSpec]:
