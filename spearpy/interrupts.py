@@ -22,22 +22,6 @@ from spearpy.outcome import Outcome
 Reason = tuple[Outcome, str]
 
 
-def _flag_readable_event() -> type[threading.Event] | None:
-    """threading.Event when its is_set() is `return self._flag` (every CPython
-    so far), checked once here: another Python gets is_set() everywhere."""
-    probe = threading.Event()
-    try:
-        if probe._flag is not False:  # type: ignore[attr-defined]
-            return None
-        probe.set()
-        return threading.Event if probe._flag is True else None  # type: ignore[attr-defined]
-    except AttributeError:
-        return None
-
-
-_EVENT = _flag_readable_event()
-
-
 class Interrupts:
     __slots__ = ("_note_lock", "_noted", "_run_timeout", "_tool_timeout_note", "cancel_event",
                  "deadline", "tool_deadline", "tool_timeout", "waker")
@@ -74,12 +58,7 @@ class Interrupts:
         every step of its loop). A noted reason is never a tool's."""
         if self._noted is not None:
             return self._noted
-        # Event.is_set() is `return self._flag`: a Python call, twice a loop
-        # iteration. For that exact class the flag is read as is_set reads it
-        # (set() writes it before notifying); anything else, a subclass
-        # included, is asked through is_set().
-        event = self.cancel_event
-        if event._flag if type(event) is _EVENT else event.is_set():  # type: ignore[attr-defined]
+        if self.cancel_event.is_set():
             return Outcome.CANCELLED, "the run was cancelled"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return Outcome.TIMEOUT, f"the run exceeded its {_seconds(self._run_timeout)}deadline"

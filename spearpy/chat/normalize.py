@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Collection
 
 from spearpy import _json
-from spearpy.chat.protocol import JSONDict, ToolCall, new_value
+from spearpy.chat.protocol import JSONDict, ToolCall
 
 # id_factory may keep returning taken ids (a model can echo our own format);
 # past this many attempts the factory is broken, not unlucky.
@@ -88,9 +88,7 @@ def normalize_assistant(
                 arguments = fn.get("arguments")
                 if not (isinstance(arguments, str) and arguments.strip()):
                     arguments = _arguments(arguments)
-                call = new_value(ToolCall)  # ToolCall(call_id, name, arguments)
-                call.id, call.name, call.arguments = call_id, name, arguments
-                calls.append(call)
+                calls.append(ToolCall(call_id, name, arguments))
                 calls_json.append({"id": call_id, "type": "function",
                                    "function": {"name": name, "arguments": arguments}})
     if not calls:
@@ -186,12 +184,11 @@ def _fresh_id(id_factory: Callable[[], str], taken: set[str], used: Collection[s
 
 def first_message(body: object) -> JSONDict | None:
     """`choices[0].message` when the body has a usable one (only choice 0: the host forbids n)."""
-    if not isinstance(body, dict):
+    # Parsed JSON that is anything else fails one of the subscripts.
+    try:
+        message = body["choices"][0]["message"]  # type: ignore[index]
+    except (LookupError, TypeError):
         return None
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    message = choices[0].get("message")
     return message if isinstance(message, dict) else None
 
 

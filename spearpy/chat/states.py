@@ -65,16 +65,6 @@ TRANSITIONS: Final[dict[LoopState, dict[LoopEvent, LoopState]]] = {
 }
 
 
-# The table's moves on the two events of every loop iteration, by state: one
-# dict lookup for the loop, which next_state() backs for a move not listed.
-ON_CALLS_RECEIVED: Final = {state: moves[LoopEvent.CALLS_RECEIVED]
-                            for state, moves in TRANSITIONS.items()
-                            if LoopEvent.CALLS_RECEIVED in moves}
-ON_CALLS_ANSWERED: Final = {state: moves[LoopEvent.CALLS_ANSWERED]
-                            for state, moves in TRANSITIONS.items()
-                            if LoopEvent.CALLS_ANSWERED in moves}
-
-
 def next_state(state: LoopState, event: LoopEvent) -> LoopState:
     try:
         return TRANSITIONS[state][event]
