@@ -129,7 +129,9 @@ def test_a_dying_worker_process_loses_no_input(tmp_path: Path, scripted: Any) ->
     assert summary and summary[0].complete
     results = read_results(out)
     check_results(results, items)
-    assert results['"q010"']["attempts"] == 2  # ran again on a replacement worker
+    # Ran again on a replacement worker: resumed there from its journal by the
+    # executor (attempts 1), or retried by the batch's dispatch (attempts 2).
+    assert results['"q010"']["attempts"] in (1, 2)
     assert executor.workers_started >= 4  # two replacements
     # The workers found the module in the disk cache the parent filled
     # (a replacement may still be starting when the batch ends).

@@ -83,5 +83,6 @@ def test_sigkilled_batch_leaves_nothing_in_the_temp_dir(tmp_path: Path, scripted
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp.iterdir()) == []
-    # Nothing hidden next to the results either: only the results file itself.
-    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
+    # Nothing hidden next to the results either: only the results file and
+    # the runs' journals, which a batch run again goes on from.
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name, out.name + ".journals"]

@@ -118,10 +118,17 @@ class Gate:
         self._lock = threading.Lock()
         self._held = False
 
-    def when(self, request: dict[str, Any]) -> bool:
+    def matches(self, request: dict[str, Any]) -> bool:
+        """A request the gate is for: the first of the input holding `marker`."""
         messages = request.get("messages", [])
         user = next((m.get("content") for m in messages if m.get("role") == "user"), "")
-        if not isinstance(user, str) or self.marker not in user or len(messages) != 1:
+        return isinstance(user, str) and self.marker in user and len(messages) == 1
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"tool_calls": [{"name": "echo", "arguments": {"text": "{{last_user}}"}}]}
+
+    def when(self, request: dict[str, Any]) -> bool:
+        if not self.matches(request):
             return False
         with self._lock:
             first, self._held = not self._held, True
@@ -130,7 +137,7 @@ class Gate:
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         self.arrived.set()
         self.release.wait(120)
-        return {"tool_calls": [{"name": "echo", "arguments": {"text": "{{last_user}}"}}]}
+        return self.answer(request)
 
     def script(self) -> dict[str, Any]:
         script = echo_script()

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         WorkerError,
         read_inputs,
     )
+    from spearpy.batch.run_journals import JournalPolicy
     from spearpy.batch.runner import BatchSummary, Executor, default_layout, run_batch
     from spearpy.batch.spec import WorkerSpec
 
@@ -34,7 +35,7 @@ _WHERE = {
     "BatchInput": "jobs", "RunSettings": "jobs", "WorkerError": "jobs", "read_inputs": "jobs",
     "ThreadExecutor": "executors", "ProcessExecutor": "executors", "RayExecutor": "executors",
     "BatchSummary": "runner", "Executor": "runner", "default_layout": "runner",
-    "run_batch": "runner", "WorkerSpec": "spec",
+    "run_batch": "runner", "WorkerSpec": "spec", "JournalPolicy": "run_journals",
 }
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "BatchInput",
     "BatchSummary",
     "Executor",
+    "JournalPolicy",
     "ProcessExecutor",
     "RayExecutor",
     "RunSettings",

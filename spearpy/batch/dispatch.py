@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 # One retry after a crash covers a worker killed from outside (OOM killer,
 # node loss); a third death on the same input says the input is the cause.
 DEFAULT_MAX_ATTEMPTS = 3
+# An input's journal held by another writer when its run opened it: a worker
+# of a killed batch still finishing (its next prepare waits for the lock).
+# More than this many times is another batch writing the same results.
+_MAX_BUSY = 3
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -48,6 +52,7 @@ class Dispatch:
         self.max_attempts = max_attempts
         self.running = 0
         self.retried = 0
+        self._busy: dict[str, int] = {}
 
     @property
     def idle(self) -> bool:
@@ -66,6 +71,16 @@ class Dispatch:
     def finished(self, record: dict[str, Any]) -> None:
         self.running -= 1
         self._emit(record)
+
+    def busy(self, job: BatchInput, attempt: int) -> bool:
+        """`job`'s journal was held by another writer: run it again (not an
+        attempt of its own) unless that keeps happening."""
+        self._busy[job.key] = tries = self._busy.get(job.key, 0) + 1
+        if tries > _MAX_BUSY:
+            return False
+        self.running -= 1
+        self._pending.appendleft((job, attempt))
+        return True
 
     def lost(self, job: BatchInput, attempt: int, why: str) -> None:
         """The worker running `job` died before answering."""
@@ -102,8 +117,11 @@ def drive(executor: Executor, spec: WorkerSpec, jobs: Sequence[BatchInput], emit
         def on_end(result: RunResult | None, error: BaseException | None) -> None:
             ends.put((job, attempt, result, error))
 
-        executor.submit(run_of(job, attempt, spec.settings, spec.name, sha256), spec.wasm,
-                        host, module, stop, None, on_end)
+        # Here, not when the batch starts: a retried input's journal may have
+        # ended on the worker that died.
+        journal = spec.journals.prepare(job) if spec.journals is not None else None
+        executor.submit(run_of(job, attempt, spec.settings, spec.name, sha256, journal),
+                        spec.wasm, host, module, stop, None, on_end)
 
     try:
         executor.start()
@@ -119,7 +137,7 @@ def drive(executor: Executor, spec: WorkerSpec, jobs: Sequence[BatchInput], emit
             if result is not None and result.outcome == WORKER_LOST:
                 lost += 1
                 dispatch.lost(job, attempt, result.message)
-            else:
+            elif not (_journal_busy(error) and dispatch.busy(job, attempt)):
                 dispatch.finished(record_of(job, attempt, result, error,
                                             transcripts=spec.transcripts,
                                             events=spec.settings.events))
@@ -132,3 +150,11 @@ def drive(executor: Executor, spec: WorkerSpec, jobs: Sequence[BatchInput], emit
     finally:
         executor.close()
     return lost
+
+
+def _journal_busy(error: BaseException | None) -> bool:
+    """The run could not open its journal: another writer holds it. Worker
+    processes report their errors as text ("JournalBusy: ...")."""
+    from spearpy.journal.errors import JournalBusy
+
+    return isinstance(error, JournalBusy) or str(error).startswith(f"{JournalBusy.__name__}:")

@@ -26,6 +26,7 @@ from spearpy.executors.base import RunJob
 from spearpy.outcome import exit_code_for
 
 if TYPE_CHECKING:
+    from spearpy.durable import JournalSpec
     from spearpy.outcome import RunResult
 
 _INPUT_KEYS = frozenset({"id", "argv", "stdin", "stdin_b64", "env"})
@@ -174,11 +175,12 @@ def failure_record(job: BatchInput, outcome: str, message: str, attempts: int) -
 
 
 def run_of(job: BatchInput, attempt: int, settings: RunSettings, name: str,
-           sha256: str) -> RunJob:
+           sha256: str, journal: JournalSpec | None = None) -> RunJob:
     """The run of one input, for the executor (spearpy/executors)."""
     return RunJob(key=f"{job.index}/{attempt}", module=name, sha256=sha256,
                   args=list(job.argv), env={**settings.env, **job.env}, stdin=job.stdin,
-                  dirs=settings.dirs, invoke=settings.invoke, collect_events=settings.events)
+                  dirs=settings.dirs, invoke=settings.invoke, collect_events=settings.events,
+                  journal=journal)
 
 
 def record_of(job: BatchInput, attempt: int, result: RunResult | None,

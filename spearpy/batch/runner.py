@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
 import time
@@ -12,8 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spearpy.batch.jobs import EVENTS_KEY, BatchError, BatchInput, RunSettings, read_inputs
+from spearpy.batch.jobs import (
+    EVENTS_KEY,
+    BatchError,
+    BatchInput,
+    RunSettings,
+    id_key,
+    read_inputs,
+)
 from spearpy.batch.journal import open_results
+from spearpy.batch.run_journals import JournalPolicy, RunJournals
 from spearpy.batch.spec import WorkerSpec
 from spearpy.config import HostConfig
 
@@ -37,6 +46,7 @@ class BatchSummary:
     total: int  # inputs in the file
     skipped: int  # already in the results file when the batch started
     written: int = 0  # result lines written by this run
+    resumed: int = 0  # inputs that went on from where an earlier batch stopped them
     outcomes: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     elapsed_s: float = 0.0
@@ -77,6 +87,7 @@ def run_batch(
     name: str | None = None,
     settings: RunSettings | None = None,
     on_event: EventSink | None = None,
+    journals: JournalPolicy | None = JournalPolicy(),  # noqa: B008 - frozen
 ) -> BatchSummary:
     """Run `module` once per input not yet in `out`, appending a result line
     per input. Ctrl-C (KeyboardInterrupt) or setting `stop` ends it early:
@@ -88,7 +99,12 @@ def run_batch(
     preopened dirs and entry point. `on_event` receives every event of every
     run, in this process whatever the executor (each run's events arrive
     together when it ends, before its result line is written), so one events
-    file, transcript directory or metrics registry covers the whole batch."""
+    file, transcript directory or metrics registry covers the whole batch.
+
+    `journals`: how each input's run is journaled (None: it is not), so a
+    batch stopped mid-input resumes that input from its last journaled
+    step; an input's journal is deleted once its result line is durable,
+    unless the policy keeps it."""
     started = time.monotonic()
     if isinstance(module, bytes):
         wasm, label = module, name or "module.wasm"
@@ -102,13 +118,20 @@ def run_batch(
     settings = settings or RunSettings()
     if on_event is not None and not settings.events:
         settings = dataclasses.replace(settings, events=True)
-    spec = WorkerSpec.build(config or HostConfig(), wasm, label, transcripts=transcripts,
-                            settings=settings)
+    config = config or HostConfig()
     stop = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     closed = threading.Event()  # set once the summary is final: late records are dropped
     with open_results(out) as results:
         todo = [job for job in jobs if job.key not in results.done]
+        by_key = {job.key: job for job in todo}
+        store = None if journals is None else RunJournals(
+            journals, out, module_sha256=hashlib.sha256(wasm).hexdigest(), config=config,
+            settings=settings, before_delete=results.sync)
+        if store is not None:
+            store.sweep(todo)
+        spec = WorkerSpec.build(config, wasm, label, transcripts=transcripts,
+                                settings=settings, journals=store)
         summary = BatchSummary(total=len(jobs), skipped=len(jobs) - len(todo))
         if todo and not executor.in_process:
             _precompile(spec)
@@ -126,6 +149,8 @@ def run_batch(
                     for event in events:
                         on_event(event)
                 results.write(record)
+                if store is not None:
+                    store.finished(by_key[id_key(record["id"])])
                 summary.written += 1
                 counts[str(record.get("outcome"))] += 1
             if on_result is not None:
@@ -139,5 +164,9 @@ def run_batch(
             summary.interrupted = stop.is_set() and summary.skipped + summary.written < len(jobs)
             summary.outcomes = dict(counts)
             closed.set()
+        if store is not None:
+            store.flush()
+            summary.resumed = store.resumed
     summary.elapsed_s = time.monotonic() - started
     return summary
+

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from spearpy.batch.jobs import RunSettings
 
 if TYPE_CHECKING:
+    from spearpy.batch.run_journals import RunJournals
     from spearpy.config import HostConfig
     from spearpy.host import Host, LoadedModule
 
@@ -24,12 +25,16 @@ class WorkerSpec:
     name: str
     transcripts: bool = False
     settings: RunSettings = field(default_factory=RunSettings)
+    # Where each input's run is journaled (None: not journaled). Stays in
+    # the batch's process: a run gets its journal's JournalSpec.
+    journals: RunJournals | None = None
 
     @classmethod
     def build(cls, config: HostConfig, wasm: bytes, name: str, *,
-              transcripts: bool = False, settings: RunSettings | None = None) -> WorkerSpec:
+              transcripts: bool = False, settings: RunSettings | None = None,
+              journals: RunJournals | None = None) -> WorkerSpec:
         return cls(config.model_dump(), wasm, name, transcripts,
-                   settings or RunSettings())
+                   settings or RunSettings(), journals)
 
     def host_config(self) -> HostConfig:
         from spearpy.config import HostConfig
