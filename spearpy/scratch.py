@@ -31,6 +31,9 @@ def _tmpfs() -> str | None:
 
 # What runs put in their scratch directory (stdin's file, the capture FIFOs).
 _SCRATCH_FILES = ("stdin", "stdout", "stderr")
+# The directories of the runs in progress in this process, for a process
+# that must end at once (remove_all) without leaving them behind.
+_LIVE: set[str] = set()
 
 
 @contextlib.contextmanager
@@ -45,13 +48,27 @@ def scratch_dir(run_id: str) -> Iterator[Path]:
         os.mkdir(path, 0o700)
     except FileExistsError:
         path = tempfile.mkdtemp(prefix="spearpy-", dir=root)
+    _LIVE.add(path)
     try:
         yield Path(path)
     finally:
-        for name in _SCRATCH_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
-        try:
-            os.rmdir(path)
-        except OSError:
-            shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
+        _LIVE.discard(path)
+
+
+def _remove(path: str) -> None:
+    for name in _SCRATCH_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(path, name))
+    try:
+        os.rmdir(path)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_all() -> None:
+    """Remove every run's scratch directory now: for a worker process that
+    exits at once, as a crash would, leaving its runs' journals to be
+    resumed (executors/worker.py), but not their directories behind."""
+    for path in list(_LIVE):
+        _remove(path)

@@ -109,7 +109,11 @@ def serve(config: dict[str, Any], threads: int, tasks: Connection,
                 # The parent died (it says "stop" before it closes the pipe).
                 # Go as a crash goes: cancelling the runs would end their
                 # journals as `cancelled`, and the parent's successor (a
-                # restarted `spearpy serve`) could not resume them.
+                # restarted `spearpy serve`) could not resume them. Their
+                # scratch directories go, though: nobody else would remove them.
+                from spearpy.scratch import remove_all
+
+                remove_all()
                 os._exit(0)
             if message[0] == "run":
                 pool.submit(runs.run, message[1], message[2], message[3], send)
