@@ -23,6 +23,7 @@ from spearpy.journal import (
     JournalBusy,
     JournalError,
     JournalFull,
+    JournalInfo,
     JournalStore,
     JournalWriter,
     Step,
@@ -324,3 +325,13 @@ def test_a_100k_step_journal_is_read_in_bounded_memory(spec: str, store: Journal
     report = json.loads(done.stdout)
     assert report["steps"] == STEPS
     assert report["peak_kib"] - report["base_kib"] < GROWTH_LIMIT_KIB, report
+
+
+def test_one_journal_is_looked_up_by_its_id(store: JournalStore) -> None:
+    assert store.info("run") is None
+    writer = _started(store)
+    assert store.info("run") == JournalInfo("run", False)
+    writer.end("exited", 0)
+    writer.close()
+    assert store.info("run") == JournalInfo("run", True)
+    assert store.info("other") is None and [i.id for i in store.list()] == ["run"]

@@ -91,10 +91,10 @@ def open_run_journal(spec: JournalSpec, start: Start, secrets: list[str]) -> Run
         new_store, new_id = spec.fork_into.locate()
         writer = _new_writer(spec.fork_into, new_store, new_id, start, secrets)
         return RunJournal(reader=reader, writer=writer, until=spec.until, copy=True)
-    existing = {info.id: info for info in store.list()}
-    if journal_id not in existing:
+    existing = store.info(journal_id)
+    if existing is None:
         return RunJournal(writer=_new_writer(spec, store, journal_id, start, secrets))
-    if existing[journal_id].ended:
+    if existing.ended:
         raise JournalError(f"journal {journal_id!r} has ended: its run is over (replay it "
                            "with `spearpy replay`, or journal this run elsewhere)")
     writer = JournalWriter.open(store, journal_id, secrets=secrets, max_bytes=spec.max_bytes,

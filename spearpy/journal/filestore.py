@@ -94,6 +94,10 @@ class FileJournalStore(JournalStore):
             found.append(JournalInfo(journal_id, _ends_with_end(path)))
         return found
 
+    def info(self, journal_id: str) -> JournalInfo | None:
+        path = self.path_of(journal_id)
+        return JournalInfo(journal_id, _ends_with_end(path)) if path.is_file() else None
+
     def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
         path = self.path_of(journal_id)
         try:

@@ -133,6 +133,10 @@ class SQLJournalStore(JournalStore):
         return [JournalInfo(str(i), bool(e))
                 for i, e in self._read("SELECT id, ended FROM {journals} ORDER BY id", ())]
 
+    def info(self, journal_id: str) -> JournalInfo | None:
+        rows = self._read("SELECT id, ended FROM {journals} WHERE id = ?", (journal_id,))
+        return JournalInfo(str(rows[0][0]), bool(rows[0][1])) if rows else None
+
     def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
         after = -1
         while True:

@@ -99,6 +99,11 @@ class JournalStore(ABC):
     def list(self) -> list[JournalInfo]:
         """Every journal, by id."""
 
+    def info(self, journal_id: str) -> JournalInfo | None:
+        """One journal's entry, None when the store has none of that id.
+        Stores answer it without listing every journal (a run's start asks)."""
+        return next((i for i in self.list() if i.id == journal_id), None)
+
     @abstractmethod
     def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
         """(where, line) for each stored record in order, `where` naming it
