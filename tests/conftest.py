@@ -15,6 +15,7 @@ from spearpy.testing import Script, ScriptedServer
 from tests.long_sample import sample_long_items
 from tests.mic_support import make_speech
 from tests.probe import Probe, wat_module
+from tests.xdist_groups import make_scheduler
 
 # Started as a background job (`cmd &` in a script: no job control), the
 # suite inherits SIGINT ignored, and so would every `spearpy` process it
@@ -32,6 +33,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before `-m 'not long'` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     sample_long_items(config.getoption("markexpr"), items)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook; a run without xdist never calls it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return make_scheduler(config, log)
 
 
 # Property tests draw the same examples on every run (hypothesis' own "ci"
