@@ -61,26 +61,28 @@ class SendCalls:
             complete = _observed_complete(run, fd, backend, complete)
             call = _observed_call(run, fd, call, iterations)
         self._complete = complete
+        # A send with no layer calls the backend itself (two Python calls
+        # fewer per completion: ~2 % of a P5 iteration).
+        layered = run.options.cancel is not None or run.journal is not None or self.observed
+        self._direct = None if layered else backend.complete
         self.call_tool: ToolFn = call
 
     def complete(self, action: Complete) -> CompletionResult | None:
-        return self._complete(self._request(action), action.iteration)
-
-    def _request(self, action: Complete) -> CompletionRequest:
-        """The request for this completion. The last one is asked again when
-        nothing it carries changed: the transcript is one list that grows in
-        place, and most sends ask with the same tools and deadline."""
+        """The completion `action` asks for. The last request is asked again
+        when nothing it carries changed: the transcript is one list that
+        grows in place, and most sends ask with the same tools and deadline."""
         stops = self._run.interrupts
         deadline = stops.effective_deadline()
-        last = self._last
-        if last is not None and last.messages is action.messages and \
-                last.tools is action.tools and last.deadline == deadline:
-            return last
-        self._last = CompletionRequest(
-            model=self._model, messages=action.messages, tools=action.tools,
-            params=self._forwarded, timeout_s=self._timeout_s, deadline=deadline,
-            cancel=stops.cancel_event, stream=self._stream)
-        return self._last
+        request = self._last
+        if request is None or request.messages is not action.messages or \
+                request.tools is not action.tools or request.deadline != deadline:
+            request = self._last = CompletionRequest(
+                model=self._model, messages=action.messages, tools=action.tools,
+                params=self._forwarded, timeout_s=self._timeout_s, deadline=deadline,
+                cancel=stops.cancel_event, stream=self._stream)
+        if self._direct is not None:
+            return self._direct(request)
+        return self._complete(request, action.iteration)
 
 
 def _forwarded(params: dict[str, Any]) -> dict[str, Any]:
