@@ -268,6 +268,20 @@ class Host:
             return _with_events(result, collected)
         return result
 
+    def resume(self, journal: JournalSpec, *,
+               module: str | os.PathLike[str] | bytes | LoadedModule | None = None,
+               stdin: bytes | None = None, **kwargs: Any) -> RunResult:
+        """Go on with the journaled run `journal` names: started again as its
+        journal records (argv, the environment's names, stdin, dirs, invoke;
+        `module` when its file moved or it was given bytes, `stdin` when the
+        journal keeps only a digest), answered from the journal, then live on
+        this Host. The Host must have the journaled run's flags (else
+        replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...)."""
+        from spearpy.durable import read_start, run_arguments
+
+        arguments = run_arguments(read_start(journal), module=module, stdin=stdin)
+        return self.run(**arguments, journal=journal, **kwargs)
+
     def _journal(self, run: GuestRun, spec: JournalSpec,
                  module: str | os.PathLike[str] | bytes | LoadedModule,
                  options: RunOptions) -> RunResult | None:

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spearpy.durable import JournalSpec
+from spearpy.errors import SpearpyError
 from spearpy.host import Host
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.outcome import RunResult
@@ -227,3 +228,17 @@ def test_a_run_that_is_not_the_journaled_one_stops_at_step_0(world: World,
         host.close()
     assert flagged.outcome == "replay_mismatch"
     assert "step 0 (start) diverges at flags.host.model" in flagged.message
+
+
+def test_host_resume_starts_the_journaled_run_again_from_its_journal(
+        world: World, durable_run: Journaled, tmp_path: Path) -> None:
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join(durable_run.lines[:8]) + "\n")  # after the first send
+    before = world.counts()
+    with pytest.raises(SpearpyError, match="names no module file"):
+        world.host.resume(JournalSpec(path))  # its run was given bytes
+    resumed = world.host.resume(JournalSpec(path), module=DURABLE)
+    assert resumed.outcome == "exited", resumed.message
+    asked = tuple(a - b for a, b in zip(world.counts(), before, strict=True))
+    assert asked == tuple(t - j for t, j in zip(durable_run.counts,
+                                                _asks(durable_run.lines[:8]), strict=True))

@@ -106,30 +106,22 @@ def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:
 
 def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path: str | None,
                stdin_file: Any, observe: dict[str, Any]) -> None:
+    from spearpy.durable import run_arguments
     from spearpy.host import Host
 
-    run_flags = start.flags.get("run", {})
-    module = module_path or start.flags.get("module")
-    if not module:
-        raise click.UsageError("the journal names no module file (the run was given bytes): "
-                               "give it with --module")
-    stdin = start.stdin
-    if stdin is None and start.stdin_length:
-        if stdin_file is None:
-            raise click.UsageError("the journal keeps only a digest of the run's stdin: give "
-                                   "it again with --stdin FILE")
-        stdin = stdin_file.read()
+    try:
+        arguments = run_arguments(start, module=module_path,
+                                  stdin=stdin_file.read() if stdin_file is not None else None)
+    except SpearpyError as exc:
+        raise click.UsageError(f"{exc} (--module FILE, --stdin FILE)") from None
     host = Host(config)
     cancel = threading.Event()
     try:
         with Observability(observe, api_key_envs=host.key_envs()) as obs, \
                 cancel_on_signals(cancel):
             result = host.run(
-                module, list(start.argv), env=dict.fromkeys(start.env_names) or None,
-                stdin=stdin or None, inherit_env=bool(run_flags.get("inherit_env")),
-                dirs=[(d[0], d[1]) for d in run_flags.get("dirs", [])],
-                invoke=run_flags.get("invoke"), capture_output=False, on_event=obs.sink,
-                cancel=cancel, on_guest_log=guest_log_sink(observe), journal=spec)
+                **arguments, capture_output=False, on_event=obs.sink, cancel=cancel,
+                on_guest_log=guest_log_sink(observe), journal=spec)
     except SpearpyError as exc:
         click.echo(f"spearpy: {exc}", err=True)
         sys.exit(65)

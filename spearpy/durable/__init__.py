@@ -7,7 +7,14 @@ answers once live. The journal's format and stores are spearpy.journal.
 """
 
 from spearpy.durable.run_journal import RunJournal
-from spearpy.durable.spec import JournalSpec, open_run_journal, read_start, run_flags, run_start
+from spearpy.durable.spec import (
+    JournalSpec,
+    open_run_journal,
+    read_start,
+    run_arguments,
+    run_flags,
+    run_start,
+)
 
-__all__ = ["JournalSpec", "RunJournal", "open_run_journal", "read_start", "run_flags",
-           "run_start"]
+__all__ = ["JournalSpec", "RunJournal", "open_run_journal", "read_start", "run_arguments",
+           "run_flags", "run_start"]

@@ -134,6 +134,27 @@ def run_start(*, module_sha256: str, argv: list[str], env_names: list[str], stdi
 
 
 
+def run_arguments(start: Start, *, module: object = None,
+                  stdin: bytes | None = None) -> dict[str, Any]:
+    """Host.run's arguments to start the run `start` records again: its
+    module (or `module`, when the file moved), argv, the environment's names
+    (their values read again from this process's environment), stdin (or
+    `stdin`, when the journal keeps only its digest), dirs, invoke."""
+    run = start.flags.get("run", {})
+    where = module if module is not None else start.flags.get("module")
+    if not where:
+        raise JournalError("the journal names no module file (its run was given bytes): "
+                           "give the module")
+    given = start.stdin if start.stdin is not None else stdin
+    if given is None and start.stdin_length:
+        raise JournalError("the journal keeps only a digest of its run's stdin: give it again")
+    return {"module": where, "argv": list(start.argv),
+            "env": dict.fromkeys(start.env_names) or None, "stdin": given or None,
+            "inherit_env": bool(run.get("inherit_env")),
+            "dirs": [(d[0], d[1]) for d in run.get("dirs", [])] or None,
+            "invoke": run.get("invoke")}
+
+
 # HostConfig fields that change where things are kept, not what a run does.
 _NOT_BEHAVIOUR = frozenset({"cache_dir", "module_cache_bytes"})
 
@@ -154,4 +175,4 @@ def run_flags(config: HostConfig, options: RunOptions,
 
 
 __all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "open_run_journal", "read_start",
-           "run_flags", "run_start"]
+           "run_arguments", "run_flags", "run_start"]
