@@ -78,8 +78,11 @@ class ScriptedAsrServer:
     # ---- lifecycle -------------------------------------------------------
 
     def start(self) -> ScriptedAsrServer:
+        # close_timeout: a client that exits right after its close frame can
+        # leave websockets waiting out its 10 s default before the handler's
+        # loop ends, and wait_ended() (the tests) with it; on loopback 1 s is plenty.
         self._server = serve(self._handle, "127.0.0.1", 0, process_request=self._check_key,
-                             compression=None, max_size=4 << 20)
+                             compression=None, max_size=4 << 20, close_timeout=1)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="spearpy-scripted-asr", daemon=True)
         self._thread.start()
