@@ -238,6 +238,11 @@ class Host:
         if self._closed:
             raise RuntimeError("this Host is closed")
         _check_run_inputs(argv, env, dirs)
+        if journal is not None and streams is not None:
+            # Before the run is built: building it binds the hub to that run,
+            # which a refused run would never end or unbind.
+            raise ValueError("journal: runs with user streams are not journaled yet "
+                             "(docs/durable.md)")
         # Refused here, naming the variable, rather than as a failed run.
         passed_through(os.environ, [k for k, v in (env or {}).items() if v is None],
                        self.key_envs())
@@ -290,9 +295,6 @@ class Host:
         from spearpy.durable import open_run_journal, run_flags, run_start
         from spearpy.journal import ReplayDiverged
 
-        if options.streams is not None:
-            raise ValueError("journal: runs with user streams are not journaled yet "
-                             "(docs/durable.md)")
         path = module if isinstance(module, str | os.PathLike) else None
         secrets = [value for name in self.key_envs() if (value := os.environ.get(name))]
         start = run_start(module_sha256=run.module.sha256, argv=options.argv,
