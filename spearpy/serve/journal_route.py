@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spearpy.journal import JournalError, JournalStore, SQLiteJournalStore
+from spearpy.journal import End, JournalError, JournalStore, SQLiteJournalStore, Start
 from spearpy.journal.view import summary
 from spearpy.serve.problems import Problem
 from spearpy.serve.runs import JOURNALS
@@ -38,16 +38,32 @@ class JournalPages:
              ) -> tuple[list[dict[str, Any]], bool]:
         """Up to `limit` steps after seq `after`, and whether more follow. The
         store reads its records a page at a time: none is held beyond these."""
+        records = (r for r in self._opened(run_id).records(run_id) if r.seq > after)
+        steps = [{"seq": r.seq, "kind": r.kind, **({"summary": summary(r)} if content else {})}
+                 for r in itertools.islice(records, limit + 1)]
+        return steps[:limit], len(steps) > limit
+
+    def outline(self, run_id: str) -> tuple[Start, int]:
+        """The journal's start, and its last step that answers something (a
+        replay or fork can start from): the end record is none. Read through
+        a page at a time."""
+        records = self._opened(run_id).records(run_id)
+        start = next(records, None)
+        if not isinstance(start, Start):
+            raise JournalError(f"journal {run_id!r} is empty: no start record")
+        last = 0
+        for record in records:
+            if not isinstance(record, End):
+                last = record.seq
+        return start, last
+
+    def _opened(self, run_id: str) -> JournalStore:
         with self._lock:
             if self._store is None:
                 if not self._path.exists():
                     raise JournalError(f"no journal {run_id!r}")
                 self._store = SQLiteJournalStore(self._path)
-            store = self._store
-        records = (r for r in store.records(run_id) if r.seq > after)
-        steps = [{"seq": r.seq, "kind": r.kind, **({"summary": summary(r)} if content else {})}
-                 for r in itertools.islice(records, limit + 1)]
-        return steps[:limit], len(steps) > limit
+            return self._store
 
     def close(self) -> None:
         with self._lock:
@@ -78,7 +94,10 @@ async def run_journal(request: Request) -> Response:
                       slug="no-journal") from None
     page = f"/v1/runs/{run_id}/journal?after={steps[-1]['seq']}&limit={limit}" \
         if more else None
-    return service.json({"steps": steps, "next": page})
+    # What a fork of the run may pick (POST /v1/runs/{id}/fork): the page offers them.
+    allowed = {"models": list(service.config.allow_models),
+               "backends": list(service.config.allow_backends)}
+    return service.json({"steps": steps, "next": page, "fork": allowed})
 
 
 def journal_routes() -> list[BaseRoute]:

@@ -18,6 +18,11 @@ def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]
     return {"summary": summary, "responses": responses, **extra}
 
 
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "spearpy serve", "version": "1",
@@ -45,6 +50,22 @@ OPENAPI: dict[str, Any] = {
                     "backend": {"type": "string",
                                 "description": "only one from --allow-backend"},
                     "wait": {"type": "boolean", "description": "answer when the run ends"}}},
+            "ReplayRequest": {
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "until": {"type": "integer", "minimum": 1,
+                              "description": "stop before this step (cancelled)"},
+                    "wait": {"type": "boolean"}}},
+            "ForkRequest": {
+                "type": "object", "required": ["at"], "additionalProperties": False,
+                "properties": {
+                    "at": {"type": "integer", "minimum": 0,
+                           "description": "steps 1..at come from the journal, then live"},
+                    "model": {"type": "string", "description": "only one from --allow-model"},
+                    "backend": {"type": "string",
+                                "description": "only one from --allow-backend"},
+                    "limits": {"type": "object", "additionalProperties": {"type": "number"}},
+                    "wait": {"type": "boolean"}}},
             "Run": {
                 "type": "object",
                 "properties": {
@@ -63,6 +84,8 @@ OPENAPI: dict[str, Any] = {
                     "usage": {"type": ["object", "null"]},
                     "stdout": {"type": "string"}, "stderr": {"type": "string"},
                     "transcripts": {"type": "array", "items": {"type": "object"}},
+                    "origin": {"type": ["object", "null"],
+                               "description": "a replay's or fork's {run, mode, step}"},
                     "urls": {"type": "object"}}},
         },
     },
@@ -71,8 +94,7 @@ OPENAPI: dict[str, Any] = {
         "/v1/runs": {
             "post": _op("Start a run", {"201": _RUN, "413": _PROBLEM, "415": _PROBLEM,
                                         "422": _PROBLEM, "429": _PROBLEM, "503": _PROBLEM},
-                        requestBody={"required": True, "content": {"application/json": {
-                            "schema": {"$ref": "#/components/schemas/RunRequest"}}}}),
+                        requestBody=_body("RunRequest")),
             "get": _op("List runs, newest first", {"200": {"description": "runs"}},
                        parameters=[{"name": n, "in": "query", "schema": {"type": t}}
                                    for n, t in (("limit", "integer"), ("before", "number"),
@@ -105,6 +127,18 @@ OPENAPI: dict[str, Any] = {
                        parameters=[_ID, *({"name": n, "in": "query",
                                            "schema": {"type": "integer"}}
                                           for n in ("after", "limit"))]),
+        },
+        "/v1/runs/{run_id}/replay": {
+            "post": _op("Replay a journaled run offline as a new run: its journal answers, "
+                        "nothing goes upstream", {"201": _RUN, "409": _PROBLEM,
+                                                  "422": _PROBLEM, "429": _PROBLEM, **_ERRORS},
+                        parameters=[_ID], requestBody=_body("ReplayRequest")),
+        },
+        "/v1/runs/{run_id}/fork": {
+            "post": _op("Fork a journaled run as a new run: answered by its journal up to "
+                        "step `at`, then live (another model or backend if allowed)",
+                        {"201": _RUN, "409": _PROBLEM, "422": _PROBLEM, "429": _PROBLEM,
+                         **_ERRORS}, parameters=[_ID], requestBody=_body("ForkRequest")),
         },
         "/v1/modules": {"get": _op("The modules a run may name, as `spearpy inspect` "
                                    "describes them", {"200": {"description": "modules"}})},

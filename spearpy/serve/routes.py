@@ -16,26 +16,25 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from spearpy.errors import ModuleLoadError
 from spearpy.serve.fanout import follow, sse_message
 from spearpy.serve.journal_route import journal_routes
 from spearpy.serve.openapi import OPENAPI
 from spearpy.serve.problems import Problem
-from spearpy.serve.runs import RunNotRecorded
 from spearpy.serve.schema import (
     RESULT_FIELDS,
+    RunRequest,
     check_limits,
     check_overrides,
     parse_body,
     run_view,
 )
+from spearpy.serve.starting import start_run
 from spearpy.serve.store import MAX_SEQ, EventRow
 from spearpy.serve.streams import stream_routes
+from spearpy.serve.travel import travel_routes
 
 if TYPE_CHECKING:
     from spearpy.serve.app import Service
-    from spearpy.serve.modules import Loaded
-    from spearpy.serve.schema import RunRequest
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 
@@ -54,42 +53,10 @@ async def _run_row(service: Service, run_id: str) -> dict[str, Any]:
 
 async def create_run(request: Request) -> Response:
     service = _service(request)
-    run = parse_body(await request.body())  # JSON by then: web/guard.py JsonOnly
+    run = parse_body(await request.body(), RunRequest)  # JSON by then: web/guard.py JsonOnly
     check_overrides(run, service.config.allow_models, service.config.allow_backends)
-    runs = service.runs
     limits = check_limits(run.limits, service.hosts.base.config)
-    runs.take_slot()
-    try:
-        loaded = service.recent_modules.get(run)
-        if loaded is None:
-            # One hop off the loop for all three (each hop is a thread hand-off).
-            loaded = await asyncio.to_thread(_load, service, run)
-            service.recent_modules.put(run, loaded)
-        host, module, wasm = loaded
-        live = await runs.start(run, host, module, limits, wasm)
-    except ModuleLoadError as exc:
-        runs.give_slot()
-        raise Problem(422, f"module {run.module!r} cannot be loaded: {exc}",
-                      slug="module-load-error") from None
-    except RunNotRecorded:
-        raise  # started: its end gives the slot back
-    except BaseException:
-        runs.give_slot()
-        raise
-    if run.wait:
-        # Shielded: a client that hangs up stops waiting, not the run.
-        await asyncio.shield(live.done)
-        if live.inserted is not None:
-            live.inserted.result()  # done before the end was: raises if the record failed
-    row = live.row  # what the store has committed by now (done: the finished record)
-    view = run_view(row, full=run.wait, cancel_requested=live.cancel.is_set())
-    return service.json(view, 201, {"Location": view["urls"]["self"]}, redacted=RESULT_FIELDS)
-
-
-def _load(service: Service, run: RunRequest) -> Loaded:
-    name, wasm = service.modules.read(run.module, 422)
-    host = service.hosts.get(run.model, run.backend)
-    return host, host.load(wasm, name), wasm
+    return await start_run(service, run, limits)
 
 
 async def list_runs(request: Request) -> Response:
@@ -231,5 +198,6 @@ def routes() -> list[BaseRoute]:
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/runs/{run_id}/logs", run_logs, methods=["GET"]),
         *journal_routes(),
+        *travel_routes(),
         *stream_routes(),
     ]

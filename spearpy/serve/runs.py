@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spearpy.context import RUN_LIMITS
 from spearpy.durable import JournalSpec
@@ -40,6 +40,9 @@ from spearpy.serve.schema import RunRequest
 from spearpy.serve.seqs import EventSeqs
 from spearpy.serve.store import EventRow, RunStore
 from spearpy.serve.store_resume import ResumeInputs
+
+if TYPE_CHECKING:
+    from spearpy.serve.travel import Origin
 
 _log = logging.getLogger("spearpy.serve")
 # What the store keeps of one run's events: a guest churning objects (streams
@@ -96,7 +99,9 @@ class RunManager:
         self.executor: Executor = executor or ThreadRuns(config.max_concurrent)
         self._on_start = on_start  # with the executor's name, once a run is handed to it
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
-        self._journals = f"sqlite:{config.state_path / JOURNALS}" if config.journal else None
+        # Every journal the service keeps; replays and forks read it with journaling off too.
+        self.journal_store = f"sqlite:{config.state_path / JOURNALS}"
+        self._journals = self.journal_store if config.journal else None
         self.live: dict[str, LiveRun] = {}
         self.draining = False
         self._drain: asyncio.Task[None] | None = None
@@ -138,12 +143,17 @@ class RunManager:
         return JournalSpec(self._journals, journal_id=run_id)
 
     async def start(self, request: RunRequest, host: Host, module: LoadedModule,
-                    limits: dict[str, Any], wasm: bytes) -> LiveRun:
-        """Record the run and hand it to a worker; the caller holds a slot."""
+                    limits: dict[str, Any], wasm: bytes, origin: Origin | None = None
+                    ) -> LiveRun:
+        """Record the run and hand it to a worker; the caller holds a slot.
+        `origin`: the run replays or forks another's journal (serve/travel.py)."""
         run_id = secrets.token_hex(8)
         target = self.executor.place(module)
-        live = LiveRun(run_id, self._loop.create_future(),
-                       journal=self.journal_for(run_id, module))
+        journal = self.journal_for(run_id, module) if origin is None else \
+            origin.journal(self.journal_store, run_id)
+        # Its own journal, by its id: not a replay's, which only reads another's.
+        own_journal = journal is not None and (origin is None or origin.fork)
+        live = LiveRun(run_id, self._loop.create_future(), journal=journal)
         # The channel first: a subscriber who sees the record must find it.
         self._hub.open(run_id)
         self.live[run_id] = live
@@ -155,13 +165,15 @@ class RunManager:
                            "loop_limits": {"max_iterations": host.config.max_iterations,
                                            "max_tool_calls": host.config.max_tool_calls},
                            "model": request.model, "backend": request.backend,
-                           "executor": target.name, "journal": live.journal is not None}}
+                           "executor": target.name, "journal": own_journal,
+                           **({"origin": origin.record()} if origin else {})}}
         live.row = row
         # The run starts while its record is committed: the writer commits in
         # order, so the record still lands before any of the run's events. A
-        # journaled run's env values and stdin are kept until it ends: a
-        # resume needs them, and the record and the journal hold neither.
-        inputs = ResumeInputs(dict(request.env), request.stdin) if live.journal else None
+        # journaled run's env values and stdin are kept with its record: a
+        # resume, replay or fork needs them, and the record and the journal
+        # hold neither.
+        inputs = ResumeInputs(dict(request.env), request.stdin) if own_journal else None
         inserted = self._store.insert_run(row, inputs)
         job = RunJob(run_id, module.name, module.sha256, list(request.args), dict(request.env),
                      request.stdin, dict(limits), request.model, request.backend,

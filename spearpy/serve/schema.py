@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -50,10 +50,35 @@ class RunRequest(BaseModel):
         return value
 
 
-def parse_body(raw: bytes) -> RunRequest:
-    """A run request from a POST body: strict JSON (no NaN or Infinity, no
-    number past a float's range, no lone surrogate, nesting within what the
-    parser reads), then the request's own checks."""
+class ReplayRequest(BaseModel):
+    """`POST /v1/runs/{id}/replay`: stop before step `until` (else where the journal does)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    until: int | None = Field(default=None, ge=1, strict=True)
+    wait: bool = False
+
+
+class ForkRequest(BaseModel):
+    """`POST /v1/runs/{id}/fork`: steps 1..`at` answered by the journal, then
+    live with these (the forked run's own where not given)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: int = Field(ge=0, strict=True)
+    model: str | None = None
+    backend: str | None = None
+    limits: dict[str, int | float] | None = None
+    wait: bool = False
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parse_body(raw: bytes, model: type[Body]) -> Body:
+    """A `model` request from a POST body: strict JSON (no
+    NaN or Infinity, no number past a float's range, no lone surrogate,
+    nesting within what the parser reads), then the request's own checks."""
     try:
         body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
         # A \ud800 escape is valid JSON but not text: nothing after this
@@ -67,7 +92,7 @@ def parse_body(raw: bytes) -> RunRequest:
                            "text", slug="invalid-json") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise Problem(400, f"the body is not JSON: {exc}", slug="invalid-json") from None
-    return _validated(body)
+    return _validated(body, model)
 
 
 def _no_constant(name: str) -> Any:
@@ -81,11 +106,11 @@ def _finite(text: str) -> float:
     return value
 
 
-def _validated(body: Any) -> RunRequest:
+def _validated(body: Any, model: type[Body]) -> Body:
     if not isinstance(body, dict):
         raise Problem(422, "the body must be a JSON object", slug="invalid-request")
     try:
-        return RunRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         errors = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
                   for e in exc.errors(include_url=False, include_input=False)]
@@ -169,11 +194,14 @@ def run_view(row: dict[str, Any], *, full: bool, cancel_requested: bool = False
         "loop_limits": request.get("loop_limits", {}), "model": request.get("model"),
         "backend": request.get("backend"), "executor": request.get("executor"),
         "usage": result.get("usage"),
+        # A replay or fork: {"run", "mode", "step"} of the journal it came from.
+        "origin": request.get("origin"),
         "urls": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events",
                  "logs": f"/v1/runs/{run_id}/logs", "page": f"/#/runs/{run_id}"},
     }
     if request.get("journal"):
-        view["urls"]["journal"] = f"/v1/runs/{run_id}/journal"
+        view["urls"].update(journal=f"/v1/runs/{run_id}/journal",
+                            replay=f"/v1/runs/{run_id}/replay", fork=f"/v1/runs/{run_id}/fork")
     if full:
         view.update(stdout=result.get("stdout"), stderr=result.get("stderr"),
                     transcripts=result.get("transcripts", []))

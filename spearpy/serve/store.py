@@ -129,8 +129,8 @@ class RunStore:
 
     def insert_run(self, row: dict[str, Any], inputs: ResumeInputs | None = None
                    ) -> Future[None]:
-        """The run's record; with `inputs`, what a resume of it needs that
-        the record leaves out (kept until its end)."""
+        """The run's record; with `inputs`, what a resume, replay or fork of
+        it needs that the record leaves out (kept as long as the record)."""
         values = tuple(column(row, name) for name in COLUMNS)
         sql = f"INSERT INTO runs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})"
 
@@ -172,7 +172,6 @@ class RunStore:
                            (run_id, *end.final))
             db.execute(f"UPDATE runs SET {', '.join(f'{n}=?' for n in end.names)} WHERE id=?",
                        (*end.values, run_id))
-            store_resume.delete_inputs(db, run_id)
 
         return apply
 

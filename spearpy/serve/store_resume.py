@@ -5,8 +5,9 @@ resumes or ends `interrupted`.
 
 A resume needs the run's request whole: the journal keeps the names of its
 environment variables, never their values, and its stdin only when small.
-So a journaled run's env values and stdin wait in `resume_inputs` while it
-runs, and are deleted with the run's end (or when it cannot resume).
+So a journaled run's env values and stdin are kept in `resume_inputs` as
+long as its record: a resume needs them, and so does a replay or fork of
+the run once it has ended (serve/travel.py).
 """
 
 from __future__ import annotations
@@ -50,13 +51,17 @@ def recover(db: sqlite3.Connection, resumable: Resumable | None
             ) -> tuple[list[str], list[str]]:
     """Runs left in progress by a service that died: those `resumable`
     accepts (with their inputs kept) become `resumed`; the others are
-    marked interrupted and their event stream ended, so no client waits for
-    them forever. Returns (interrupted, resumed)."""
+    marked interrupted (their inputs kept: a journal cut short can still
+    be replayed or forked) and their event stream ended, so no client waits
+    for them forever. Returns (interrupted, resumed)."""
     now = time.time()
     marks = ",".join("?" * len(IN_PROGRESS))
     ids = [row[0] for row in db.execute(f"SELECT id FROM runs WHERE status IN ({marks})",
                                         IN_PROGRESS)]
-    kept = {row[0] for row in db.execute("SELECT run_id FROM resume_inputs")}
+    # Only the runs in progress: every ended journaled run keeps its inputs too.
+    kept = {row[0] for row in db.execute(
+        f"SELECT run_id FROM resume_inputs WHERE run_id IN (SELECT id FROM runs "
+        f"WHERE status IN ({marks}))", IN_PROGRESS)}
     candidates = [run_id for run_id in ids if run_id in kept]
     resumed = set(resumable(candidates)) & set(candidates) if resumable and candidates \
         else set()
@@ -77,10 +82,6 @@ def recover(db: sqlite3.Connection, resumable: Resumable | None
                    (run_id, seq + 1, "run_end", json.dumps(record)))
         db.execute("UPDATE runs SET status='interrupted', outcome='interrupted', "
                    "ended_at=?, message=? WHERE id=?", (now, INTERRUPTED, run_id))
-    # Inputs of runs that are not going on are not kept (a run whose end a
-    # dead service stored left none; these are the rest).
-    db.execute(f"DELETE FROM resume_inputs WHERE run_id NOT IN (SELECT id FROM runs "
-               f"WHERE status IN ({marks}))", IN_PROGRESS)
     db.execute("COMMIT")
     return interrupted, sorted(resumed)
 
@@ -88,10 +89,6 @@ def recover(db: sqlite3.Connection, resumable: Resumable | None
 def insert_inputs(db: sqlite3.Connection, run_id: str, inputs: ResumeInputs) -> None:
     db.execute("INSERT OR REPLACE INTO resume_inputs VALUES (?,?,?)",
                (run_id, json.dumps(inputs.env, ensure_ascii=False), inputs.stdin))
-
-
-def delete_inputs(db: sqlite3.Connection, run_id: str) -> None:
-    db.execute("DELETE FROM resume_inputs WHERE run_id=?", (run_id,))
 
 
 def read_inputs(db: sqlite3.Connection, run_id: str) -> ResumeInputs | None:
