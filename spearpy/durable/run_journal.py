@@ -57,6 +57,10 @@ class RunJournal:
         self._live_since = time.monotonic()
         self._went_live = reader is None
         self._unsynced = False  # appended since the last sync
+        # fd -> the replayed call that would have set it up (a mic's source, an
+        # rtasr connection): host state no answer rebuilds.
+        self._unbuilt: dict[int, str] = {}
+        self._refused_live = False  # it could not go live: not how its run ended
         self._digests = _RequestDigests()
 
     # ---- lifecycle ----------------------------------------------------------
@@ -80,7 +84,7 @@ class RunJournal:
             # mid-replay): that is not how the journaled run ended, and an end
             # record would refuse the resume that works once the cause (a
             # changed file, the wrong module) is put right.
-            if not self.replaying:
+            if not self.replaying and not self._refused_live:
                 self.writer.end(outcome, exit_code)
         except JournalError:
             pass  # ended already (a replay of an ended run that went nowhere new)
@@ -97,12 +101,14 @@ class RunJournal:
     # ---- the three seams ------------------------------------------------------
 
     def hostcall(self, run: RunContext, call: str, args: tuple[int, ...],
-                 fn: HostcallFn) -> int | None:
+                 fn: HostcallFn, *, sets_up_fd: bool = False) -> int | None:
         """An outside-world hostcall: its journaled result and memory writes
         when replaying, else the call itself, recorded."""
         request = {"call": call, "args": list(args)}
         answer = self._replayed("hostcall", request)
         if answer is not None:
+            if sets_up_fd and args:
+                self._unbuilt[args[0]] = call
             for ptr, data in hostcall_writes(answer):
                 run.memory.write(ptr, data)
             rc: int | None = answer["rc"]
@@ -214,6 +220,16 @@ class RunJournal:
         self._went_live = True
         self._live_since = time.monotonic()
         run = self._run
+        if run is not None:
+            open_unbuilt = [f"fd {fd} ({call})" for fd, call in self._unbuilt.items()
+                            if run.fds.lookup(fd) is not None]
+            if open_unbuilt:
+                self._refused_live = True
+                raise HostInterrupt(Outcome.REPLAY_MISMATCH, (
+                    f"journal step {self.reader.next_seq if self.reader else 0}: the run cannot "
+                    f"go on live: {', '.join(open_unbuilt)} was set up from the journal, and "
+                    "a live audio source or connection cannot be resumed mid-stream "
+                    "(docs/durable.md); replay it instead"))
         if run is not None and run.config.timeout:
             left = max(run.config.timeout - self._elapsed_ms / 1000.0, 0.0)
             run.interrupts.deadline = self._live_since + left

@@ -67,11 +67,11 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
     }, lazy=True, on_run_start="start_streams", on_run_end="end_streams",
         applies_to=_has_streams),
     HostcallFamily("mic", "spearpy.hostcalls.mic", {
-        "mic_create": call(0), "mic_ctl": call(4, outside=True),
+        "mic_create": call(0), "mic_ctl": call(4, outside=True, sets_up_fd=True),
         "mic_read": call(3, outside=True), "mic_close": call(1),
     }, lazy=True),
     HostcallFamily("rtasr", "spearpy.hostcalls.rtasr", {
-        "rtasr_create": call(0), "rtasr_ctl": call(4, outside=True),
+        "rtasr_create": call(0), "rtasr_ctl": call(4, outside=True, sets_up_fd=True),
         "rtasr_write": call(3, outside=True), "rtasr_read": call(3, outside=True),
         "rtasr_close": call(1),
     }, lazy=True),
@@ -92,21 +92,23 @@ def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
     return first_call
 
 
-def _journaled(call: str, fn: HostFn) -> HostFn:
+def _journaled(call: str, fn: HostFn, sets_up_fd: bool) -> HostFn:
     """`fn`, answered from or recorded into the run's journal when it has one."""
 
     def journaled(run: RunContext, *args: int) -> int | None:
         journal = run.journal
         if journal is None:
             return fn(run, *args)
-        return journal.hostcall(run, call, args, fn)
+        return journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd)
 
     return journaled
 
 
 def _implementation(family: HostcallFamily, name: str) -> HostFn:
     fn = _on_first_call(family, name) if family.lazy else family.function(name)
-    return _journaled(f"{family.name}.{name}", fn) if family.calls[name].journaled else fn
+    hostcall = family.calls[name]
+    return _journaled(f"{family.name}.{name}", fn, hostcall.sets_up_fd) \
+        if hostcall.journaled else fn
 
 
 # The `spear` module's imports: name -> (params, results, implementation).

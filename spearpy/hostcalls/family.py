@@ -38,6 +38,10 @@ class Hostcall:
     # Its outside answers are journaled inside it, finer than the call
     # (cchat_send: each completion and tool result, by the driver).
     journaled_inside: bool = False
+    # It sets up host state for the fd it names (a mic's source, an rtasr
+    # connection) that replaying its answer does not build: a resume cannot
+    # go live while that fd is open (docs/durable.md).
+    sets_up_fd: bool = False
 
     @property
     def journaled(self) -> bool:
@@ -49,9 +53,10 @@ def i32s(n: int) -> tuple[str, ...]:
     return (I32,) * n
 
 
-def call(nparams: int, *, outside: bool = False, journaled_inside: bool = False) -> Hostcall:
+def call(nparams: int, *, outside: bool = False, journaled_inside: bool = False,
+         sets_up_fd: bool = False) -> Hostcall:
     """The usual shape: `nparams` i32 params, one i32 result."""
-    return Hostcall(i32s(nparams), (I32,), outside, journaled_inside)
+    return Hostcall(i32s(nparams), (I32,), outside, journaled_inside, sets_up_fd)
 
 
 def call_i64(*, outside: bool = False) -> Hostcall:
