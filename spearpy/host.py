@@ -374,6 +374,8 @@ def _config_file_tables(config: HostConfig) -> tuple[list[Path], list[Any], dict
     """(MCP record dirs, inline MCP records, task keys) of the config file
     (and SMS_MCP_DIR, with or without one)."""
     file = read_config_file(config.config_file)
+    if file.path is None and not os.environ.get("SMS_MCP_DIR"):
+        return [], [], {}  # the MCP config reader loads only for a file or SMS_MCP_DIR
     from spearpy.mcp.config_tables import mcp_tables
 
     dirs, servers = mcp_tables(file)

@@ -22,7 +22,8 @@ from functools import cache
 
 from spearpy.errors import SpearpyError
 
-__all__ = ["ANTHROPIC_KEY_ENV", "BUILTIN_KEY_ENVS", "OPENAI_KEY_ENV", "SecretEnvError",
+__all__ = ["ANTHROPIC_KEY_ENV", "BUILTIN_KEY_ENVS", "OPENAI_KEY_ENV", "REALTIME_KEY_ENV",
+           "SecretEnvError",
            "guest_env", "inheritable_env", "is_secret_name", "is_secret_value",
            "passed_through"]
 
@@ -30,6 +31,9 @@ __all__ = ["ANTHROPIC_KEY_ENV", "BUILTIN_KEY_ENVS", "OPENAI_KEY_ENV", "SecretEnv
 # named): refused like a configured key variable even when no backend of
 # that kind is configured, and redacted everywhere.
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
+# The variable SPEAR's mic_rtasr sample tells its users to set: the realtime
+# (rtasr) key when nothing else names one.
+REALTIME_KEY_ENV = "OPENAI_REALTIME_API_KEY"
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 BUILTIN_KEY_ENVS = (OPENAI_KEY_ENV, ANTHROPIC_KEY_ENV)
 

@@ -42,6 +42,7 @@ from spearpy.backends.specs import BackendSpec, HostDefaults, backend_tables
 from spearpy.config import url_problem
 from spearpy.config_file import read_config_file
 from spearpy.errors import ConfigError
+from spearpy.secret_env import REALTIME_KEY_ENV
 
 if TYPE_CHECKING:
     import httpx
@@ -95,9 +96,12 @@ class BackendCatalog:
                       replay=resolved.cursor, routing=resolved.routing)
         file = read_config_file(config.config_file)
         catalog.notes = file.notes
-        from spearpy.backends.realtime import realtime_key_envs
+        if file.table("realtime"):  # else nothing of ASR is imported: most runs use none
+            from spearpy.backends.realtime import realtime_key_envs
 
-        catalog.realtime_key_envs = realtime_key_envs(file)
+            catalog.realtime_key_envs = realtime_key_envs(file)
+        else:
+            catalog.realtime_key_envs = [REALTIME_KEY_ENV]
         return catalog
 
     @property
@@ -264,9 +268,10 @@ def _resolve(config: HostConfig) -> _Resolved:
     routing = replace(loaded.routing, routes=(*loaded.routing.routes, *discovered)) \
         if discovered else loaded.routing
     routing.check_backends(set(specs), file_label)
-    from spearpy.backends.realtime import realtime_specs
+    if file.table("realtime"):
+        from spearpy.backends.realtime import realtime_specs
 
-    realtime_specs(file)  # checked now: a bad one fails the host, not an rtasr connect
+        realtime_specs(file)  # checked now: a bad one fails the host, not an rtasr connect
     routing = routing.with_aliases(_flag_aliases(config, set(specs)))
     return _Resolved(specs, default, None, routing)
 

@@ -29,13 +29,11 @@ from spearpy.asr import protocol
 from spearpy.config import url_problem
 from spearpy.config_file import ConfigFile, read_config_file
 from spearpy.errors import ConfigError
+from spearpy.secret_env import REALTIME_KEY_ENV
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
 
-# The variable SPEAR's mic_rtasr sample tells its users to set: the realtime
-# key when nothing else names one.
-REALTIME_KEY_ENV = "OPENAI_REALTIME_API_KEY"
 
 
 class RealtimeSpec(BaseModel):
