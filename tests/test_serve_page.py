@@ -1,7 +1,8 @@
 """The service's web page in a real browser: Debian's headless Chromium driven
 by Playwright. A run started from the form shows its tool calls live, then
 its final answer and exit code; the cancel button stops a spinning guest; a
-token given as ?token= opens a protected service."""
+token given as ?token= opens a protected service; a journaled run lists its
+steps, and "replay to here" and "fork from here" open new runs that finish."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     # seen while it runs.
     host = HostConfig(backend=f"scripted:{slow_script(where, 400)}", cache_dir=None,
                       timeout=60)
-    open_config = ServeConfig(modules_dir=mods, state_dir=where / "open", host=host, grace=0.5)
+    # Journaled, so a run's view lists its steps to replay and fork from.
+    open_config = ServeConfig(modules_dir=mods, state_dir=where / "open", host=host, grace=0.5,
+                              journal=True, allow_models=("alt-model",))
     locked_config = ServeConfig(modules_dir=mods, state_dir=where / "locked", host=host,
                                 token=TOKEN, grace=0.5)
     with BackgroundServer(create_app(open_config), grace=0.5) as open_server, \
@@ -122,3 +125,48 @@ def test_a_token_in_the_address_opens_a_protected_service(service: dict[str, str
     page.wait_for_selector("#exit-code:has-text('0')", timeout=20000)
     assert "hello from C: ok" in page.inner_text("#rs-stdout")
     assert TOKEN not in page.content()
+
+
+def _run_id(page: Any) -> str:
+    return str(page.evaluate("location.hash")).removeprefix("#/runs/")
+
+
+def test_a_runs_steps_replay_and_fork_open_new_runs(service: dict[str, str],
+                                                    page: Any) -> None:
+    page.goto(service["open"] + "/")
+    start_from_form(page, "c_multi_tool.wasm")
+    page.wait_for_selector("#exit-code:has-text('0')", timeout=30000)
+    original = _run_id(page)
+    steps = page.locator("#journal-steps li")
+    page.wait_for_selector("#journal-steps li .step-kind:text-is('end')", timeout=20000)
+    kinds = [steps.nth(i).locator(".step-kind").inner_text() for i in range(steps.count())]
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("chat.completion") == 4
+    assert steps.last.locator(".fork-step").count() == 0  # nothing to go live on after the end
+
+    # Replay the whole run: a new run opens, says where it came from, and finishes the same.
+    steps.last.locator(".replay-step").click()
+    page.wait_for_function(f"location.hash.startsWith('#/runs/') && "
+                           f"!location.hash.endsWith('{original}')")
+    replay = _run_id(page)
+    page.wait_for_selector("#exit-code:has-text('0')", timeout=30000)
+    assert "(2 + 3) * 4 = 20" in page.inner_text("#rs-stdout")
+    assert page.inner_text("#rv-origin") == f"replay of run {original}"
+    assert page.locator("#journal").is_hidden()  # a replay writes no journal
+
+    # Fork the original from its second completion with the allowed model.
+    page.click(f"#rv-origin a[href='#/runs/{original}']")
+    page.wait_for_selector("#journal-steps li .step-kind:text-is('end')", timeout=20000)
+    second = page.locator("#journal-steps li", has=page.locator(
+        ".step-kind:text-is('chat.completion')")).nth(1)
+    at = second.get_attribute("data-seq")
+    second.locator(".fork-step").click()
+    page.wait_for_selector("#fork-form:not([hidden])")
+    page.select_option("#fork-model", "alt-model")
+    page.click("#fork-submit")
+    page.wait_for_function(f"location.hash.startsWith('#/runs/') && "
+                           f"!location.hash.endsWith('{original}')")
+    assert _run_id(page) not in (original, replay)
+    page.wait_for_selector("#exit-code:has-text('0')", timeout=30000)
+    assert page.inner_text("#rv-origin") == f"fork of run {original} from step {at}"
+    assert "(2 + 3) * 4 = 20" in page.inner_text("#rs-stdout")
+    page.wait_for_selector("#journal-steps li .step-kind:text-is('end')", timeout=20000)

@@ -367,6 +367,18 @@ function renderHead(run) {
   const limits = run.limits_effective || {};
   const shown = Object.entries(limits).map(([k, v]) => limitText(k, v));
   $("rv-limits").textContent = shown.length ? "limits: " + shown.join(" · ") : "";
+  renderOrigin(run.origin);
+}
+
+// A replay or fork names the run it came from, with a link to it.
+function renderOrigin(origin) {
+  const box = $("rv-origin");
+  box.hidden = !origin;
+  if (!origin) return;
+  const link = el("a", "origin-link mono", origin.run);
+  link.href = "#/runs/" + origin.run;
+  const step = origin.step === null ? "" : (origin.mode === "fork" ? ` from step ${origin.step}` : ` until step ${origin.step}`);
+  box.replaceChildren(el("span", "", origin.mode + " of run "), link, el("span", "", step));
 }
 
 async function showResult() {
@@ -389,6 +401,7 @@ async function showResult() {
   $("rs-stderr").textContent = run.stderr || "";
   $("stderr-box").hidden = !run.stderr;
   showLogs(id);
+  showJournal(run);
   refreshRuns();
 }
 
@@ -411,6 +424,7 @@ async function openRun(id) {
   $("result").hidden = true;
   $("final-answer-box").hidden = true;
   $("final-answer").textContent = "";
+  $("journal").hidden = true;
   let run;
   try { run = await api("/v1/runs/" + id); } catch (err) {
     $("timeline").append(el("div", "note warn", "cannot load run: " + err.message));
@@ -419,6 +433,7 @@ async function openRun(id) {
   view = newView(run);
   renderHead(run);
   renderStats();
+  showJournal(run);
   // Replayed from the first event, then live; the server ends the stream after run_end.
   const url = "/v1/runs/" + id + "/events" + (token() ? "?access_token=" + encodeURIComponent(token()) : "");
   const source = new EventSource(url);
