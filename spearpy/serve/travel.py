@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from spearpy.durable import JournalSpec
 from spearpy.journal import JournalError
 from spearpy.serve.problems import Problem
+from spearpy.serve.runs import JOURNAL_SYNC
 from spearpy.serve.schema import (
     ForkRequest,
     ReplayRequest,
@@ -53,7 +54,8 @@ class Origin:
         """The new run's journal: the old one read, and for a fork its own written."""
         if self.fork:
             return JournalSpec(store, journal_id=self.run_id, mode="fork", until=self.step,
-                               fork_into=JournalSpec(store, journal_id=new_id))
+                               fork_into=JournalSpec(store, journal_id=new_id,
+                                                     sync=JOURNAL_SYNC))
         return JournalSpec(store, journal_id=self.run_id, mode="replay", until=self.step)
 
     def record(self) -> dict[str, Any]:
