@@ -38,7 +38,6 @@ from spearpy.errors import ConfigError
 POLICIES = ("priority", "round_robin", "weighted", "least_inflight", "ewma_latency")
 Policy = Literal["priority", "round_robin", "weighted", "least_inflight", "ewma_latency"]
 ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
-TABLES = ("models", "routes", "circuit_breaker", "routing")
 
 
 def _listed(value: object) -> object:
