@@ -104,7 +104,8 @@ def test_default_backend_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("SPEARPY_CONFIG", str(path))
     monkeypatch.setenv("SPEARPY_BACKEND", "y")
     assert catalog().default == "y"
-    with pytest.raises(ConfigError, match="use openai, anthropic, scripted:FILE, replay:FILE"):
+    with pytest.raises(ConfigError, match="use openai, anthropic, ollama, stub, scripted:FILE, "
+                                          "replay:FILE"):
         catalog(backend="nope")
     with pytest.raises(ConfigError, match=r"^--quirks / SPEARPY_QUIRKS: unknown quirk profile"):
         catalog(backend="openai", quirks="olama")

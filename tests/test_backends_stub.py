@@ -7,6 +7,7 @@ These failed before the kind existed (`kind = "stub"` was a config error).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,30 @@ def test_what_the_stub_answers() -> None:
                                                                  "content": "s"}]))
     assert alone.body is not None and alone.model == "stub"
     assert alone.body["choices"][0]["message"]["content"] == "stub chat completion"
+
+
+def test_backend_stub_and_ollama_are_flags_too(tmp_path: Path) -> None:
+    """SPEAR's kinds without a config file: `--backend stub` answers offline,
+    `--backend ollama --base-url URL` talks Ollama's own API (no key)."""
+    from tests.ollama_server import OllamaServer
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SPEARPY_CONFIG")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path)
+    stub = subprocess.run([sys.executable, "-m", "spearpy", "run", "--backend", "stub",
+                           str(C_CHAT)], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=120, check=False)
+    assert stub.returncode == 0, stub.stderr
+    assert "stub chat completion" in stub.stdout
+    with OllamaServer() as ollama:
+        native = subprocess.run([sys.executable, "-m", "spearpy", "run", "--backend", "ollama",
+                                 "--base-url", ollama.base_url, "--model", "llama3:latest",
+                                 str(C_CHAT)], capture_output=True, text=True, cwd=ROOT,
+                                env=env, timeout=120, check=False)
+        assert native.returncode == 0, native.stderr
+        assert "hello" in native.stdout
+        assert [c["model"] for c in ollama.chats()] == ["llama3:latest"]
+    unknown = subprocess.run([sys.executable, "-m", "spearpy", "run", "--backend", "gemini",
+                              str(C_CHAT)], capture_output=True, text=True, cwd=ROOT, env=env,
+                             timeout=120, check=False)
+    assert unknown.returncode == 2 and "ollama, stub" in unknown.stderr

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from spearpy.backends.router import Lookup, Router
     from spearpy.config import HostConfig
 
-_SPEC_HELP = "use openai, anthropic, scripted:FILE, replay:FILE or a configured backend name"
+_SPEC_HELP = ("use openai, anthropic, ollama, stub, scripted:FILE, replay:FILE or a configured "
+              "backend name")
 
 
 class BackendSpecError(ConfigError, ValueError):
@@ -356,7 +357,9 @@ def _flag_spec_unchecked(config: HostConfig, kind: str, arg: str) -> BackendSpec
     if kind == "scripted":
         raise BackendSpecError(f"backend {config.backend!r} (--backend, SPEARPY_BACKEND): "
                                "needs its script file: scripted:FILE")
-    if kind in ("openai", "anthropic") and not arg:
+    if kind == "stub" and not arg:
+        return BackendSpec(kind="stub")
+    if kind in ("openai", "anthropic", "ollama") and not arg:
         return BackendSpec(
             kind=kind,
             base_url=config.base_url if "base_url" in given else None,

@@ -48,8 +48,10 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--base-url", {"help": "OpenAI-compatible base URL [env OPENAI_BASE_URL]"}),
     ("--api-key-env", {"help": "name of the env var holding the API key [OPENAI_API_KEY]"}),
     ("--model", {"help": "model used when the guest sets none [env SPEARPY_MODEL]"}),
-    ("--backend", {"help": "a configured backend name, `openai`, `anthropic`, `scripted:FILE` "
-                           "(built-in offline model) or `replay:FILE` (a recorded run)"}),
+    ("--backend", {"help": "a configured backend name, `openai`, `anthropic`, `ollama` (its "
+                           "native API, --base-url its root), `stub` (SPEAR's offline stub), "
+                           "`scripted:FILE` (built-in offline model) or `replay:FILE` (a "
+                           "recorded run)"}),
     ("--config", {"type": click.Path(dir_okay=False), "help": "TOML file of named backends "
                   "[env SPEARPY_CONFIG; ~/.config/spearpy/config.toml]"}),
     ("--model-alias", {"multiple": True, "metavar": "NAME=BACKEND[:MODEL]",
