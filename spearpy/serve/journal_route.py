@@ -75,7 +75,7 @@ class JournalPages:
 async def run_journal(request: Request) -> Response:
     service: Service = request.app.state.service
     run_id = request.path_params["run_id"]
-    row = await asyncio.to_thread(service.store.get_run, run_id)
+    row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
     if row is None:
         raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
     query = request.query_params

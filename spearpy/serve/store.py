@@ -290,13 +290,16 @@ class RunStore:
             end = self._ends.get(record["id"])
         return record if end is None else end.over(record)
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        row = self._reader().execute(f"SELECT {','.join(COLUMNS)} FROM runs WHERE id=?",
+    def get_run(self, run_id: str, *, output: bool = True) -> dict[str, Any] | None:
+        """The run's record; `output` False leaves its result out (up to
+        64 MiB each of stdout and stderr), for reads that need the request."""
+        names = COLUMNS if output else LISTED
+        row = self._reader().execute(f"SELECT {','.join(names)} FROM runs WHERE id=?",
                                      (run_id,)).fetchone()
         if row is None:
             return None
-        record = self._unstored(record_of(COLUMNS, row))
-        del record["summary"]  # the result is whole here
+        record = self._unstored(record_of(names, row))
+        del record["summary"]  # the result is whole here, or left out
         return record
 
     def list_runs(self, limit: int, before: float | None = None, status: str | None = None

@@ -102,7 +102,7 @@ async def _journaled(service: Service, run_id: str
                      ) -> tuple[dict[str, Any], ResumeInputs, int]:
     """The run's record (its request, with module and sha256), its inputs and
     the last step of its journal that answers something (not the end)."""
-    row = await asyncio.to_thread(service.store.get_run, run_id)
+    row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
     if row is None:
         raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
     if not (row.get("request") or {}).get("journal"):
