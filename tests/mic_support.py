@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.probe import Probe
+
 ROOT = Path(__file__).resolve().parents[1]
 GUEST = ROOT / "wasm-samples" / "c_mic_read.wasm"
 GUESTS = [GUEST, ROOT / "wasm-samples" / "rust_mic_read.wasm"]
@@ -53,3 +55,23 @@ def summary(stdout: str) -> dict[str, Any]:
     out["status"] = json.loads(next(line for line in stdout.splitlines()
                                     if line.startswith("status: "))[8:])
     return out
+
+
+class MicCtl(Probe):
+    """mic_ctl's set-param and get-status called as the guest would (its
+    memory: the JSON at PARAMS, its length at LEN, the status at OUT)."""
+
+    PARAMS, LEN, OUT = 1024, 16, 65536
+
+    def set(self, fd: int, params: dict[str, Any] | str) -> int:
+        raw = (params if isinstance(params, str) else json.dumps(params)).encode()
+        self.run.memory.write(self.PARAMS, raw)
+        self.u32(self.LEN, len(raw))
+        return int(self.hc("mic_ctl", fd, 1, self.PARAMS, self.LEN))
+
+    def status(self, fd: int) -> dict[str, Any]:
+        self.u32(self.LEN, 60000)
+        n = int(self.hc("mic_ctl", fd, 2, self.OUT, self.LEN))
+        assert n > 0, n
+        value: dict[str, Any] = json.loads(self.get(self.OUT, n))
+        return value

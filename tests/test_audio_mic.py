@@ -10,7 +10,6 @@ the C guest c_mic_read end to end.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import os
 import struct
@@ -24,8 +23,8 @@ import pytest
 
 from spearpy import abi
 from spearpy.context import RunOptions
-from tests.mic_support import needs_espeak
-from tests.probe import Probe, wat_module
+from tests.mic_support import MicCtl, needs_espeak
+from tests.probe import wat_module
 
 OUT, LEN, PARAMS, EV = 65536, 16, 1024, 32
 
@@ -37,7 +36,7 @@ def rms(pcm: bytes) -> float:
     return math.sqrt(sum(s * s for s in samples) / max(1, len(samples)))
 
 
-class Mic(Probe):
+class Mic(MicCtl):
     """The mic hostcalls called as the guest would, on a real GuestRun."""
 
     def __init__(self, host: Any, options: RunOptions | None = None) -> None:
@@ -45,19 +44,6 @@ class Mic(Probe):
 
     def create(self) -> int:
         return int(self.call("p_mic_create"))
-
-    def set(self, fd: int, params: dict[str, Any] | str) -> int:
-        raw = (params if isinstance(params, str) else json.dumps(params)).encode()
-        self.run.memory.write(PARAMS, raw)
-        self.u32(LEN, len(raw))
-        return int(self.call("p_mic_ctl", fd, 1, PARAMS, LEN))
-
-    def status(self, fd: int) -> dict[str, Any]:
-        self.u32(LEN, 60000)
-        rc = int(self.call("p_mic_ctl", fd, 2, OUT, LEN))
-        assert rc > 0, rc
-        value: dict[str, Any] = json.loads(self.run.memory.read(OUT, rc))
-        return value
 
     def read(self, fd: int, capacity: int = 200000) -> tuple[int, bytes]:
         self.u32(LEN, capacity)

@@ -28,14 +28,15 @@ from spearpy import abi
 from spearpy.audio import wavheader
 from spearpy.context import RunOptions
 from spearpy.observe.events import AUDIO_CLOSE, Event
-from tests.probe import Probe, wat_module
+from tests.mic_support import MicCtl
+from tests.probe import wat_module
 from tests.wav_attack import LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 # What one attack may add to the process's peak: a step's arrays and the
 # mic's queue are well under it; the reported 400 MHz header took 1.38 GB.
 MAX_ADDED = 32 << 20
-PATH, LEN, OUT, EV = 1024, 16, 65536, 32
+LEN, OUT, EV = 16, 65536, 32
 
 pytestmark = pytest.mark.usefixtures("no_host_bugs")
 
@@ -125,20 +126,7 @@ BAD = [
 ]
 
 
-class WavGuest(Probe):
-    def set(self, fd: int, params: dict[str, Any]) -> int:
-        raw = json.dumps(params).encode()
-        self.put(PATH, raw)
-        self.u32(LEN, len(raw))
-        return int(self.hc("mic_ctl", fd, 1, PATH, LEN))
-
-    def status(self, fd: int) -> dict[str, Any]:
-        self.u32(LEN, 4096)
-        n = int(self.hc("mic_ctl", fd, 2, OUT, LEN))
-        assert n > 0, n
-        value: dict[str, Any] = json.loads(self.get(OUT, n))
-        return value
-
+class WavGuest(MicCtl):
     def drain(self, fd: int) -> bytes:
         """Every byte of the mic until HUP; asserts it never failed."""
         ep = int(self.hc("ep_create"))
