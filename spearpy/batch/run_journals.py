@@ -212,6 +212,7 @@ class RunJournals:
         complete and synced before it replaces the journal; a copy a crash
         cut short is another id, removed by the next sweep."""
         from spearpy.journal import encode
+        from spearpy.journal.filestore import _sync_dir
         from spearpy.journal.records import END
 
         copy_id = journal_id + _REOPEN
@@ -223,7 +224,7 @@ class RunJournals:
                 copy.append(record.seq, record.kind, encode(record))
             copy.sync()
         self._os(os.replace, self._store.path_of(copy_id), self._store.path_of(journal_id))
-        self._sync_directory()
+        self._os(_sync_dir, self.directory)
 
     def _journal_list(self) -> list[JournalInfo]:
         from spearpy.journal import JournalError
@@ -235,16 +236,6 @@ class RunJournals:
 
     def _delete(self, journal_id: str) -> None:
         self._os(self._store.path_of(journal_id).unlink, missing_ok=True)
-
-    def _sync_directory(self) -> None:
-        def sync() -> None:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-        self._os(sync)
 
     @staticmethod
     def _os(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
