@@ -17,8 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from spearpy import _json
-from spearpy.backends.sse import MAX_STREAMED_CALLS, DeltaSink, SseError, check_event_size
+from spearpy.backends.sse import (
+    MAX_STREAMED_CALLS,
+    DeltaSink,
+    SseError,
+    check_event_size,
+    error_text,
+    json_object,
+)
 from spearpy.chat.protocol import JSONDict
 
 # The fields of the final line that the body keeps (the rest are timings).
@@ -66,11 +72,11 @@ class OllamaStream:
         self.done = False
 
     def event(self, payload: bytes) -> None:
-        line = _object(payload)
+        line = json_object(payload)
         if line is None:
             return
         if "error" in line:
-            raise SseError(_error_text(line["error"]))
+            raise SseError(error_text(line["error"]))
         message = line.get("message")
         if not isinstance(message, dict) and line.get("done") is not True:
             return
@@ -105,16 +111,3 @@ class OllamaStream:
             message["tool_calls"] = self._calls
         return {**self._final, "message": message, "done": True}
 
-
-def _object(payload: bytes) -> JSONDict | None:
-    try:
-        value = _json.loads(payload)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, dict):
-        error = error.get("message")
-    return error[:1000] if isinstance(error, str) and error else "the upstream stream failed"

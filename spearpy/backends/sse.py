@@ -12,7 +12,6 @@ indexes that make no sense, are skipped or bounded, never trusted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -112,11 +111,11 @@ class OpenAIStream:
         if payload.strip() == b"[DONE]":
             self.done = True
             return
-        chunk = _object(payload)
+        chunk = json_object(payload)
         if chunk is None:
             return
         if isinstance(chunk.get("error"), dict):
-            raise SseError(_error_text(chunk["error"]))
+            raise SseError(error_text(chunk["error"]))
         self._chunks += 1
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk and key not in self._head:
@@ -194,13 +193,13 @@ class AnthropicStream:
         self.done = False
 
     def event(self, payload: bytes) -> None:
-        event = _object(payload)
+        event = json_object(payload)
         if event is None:
             return
         kind = event.get("type")
         if kind == "error":
             error = event.get("error")
-            raise SseError(_error_text(error if isinstance(error, dict) else {}))
+            raise SseError(error_text(error if isinstance(error, dict) else {}))
         if kind == "message_start" and isinstance(event.get("message"), dict):
             self._message = dict(event["message"])
             self._message["content"] = []
@@ -254,17 +253,20 @@ def _valid_index(index: Any) -> bool:
         and 0 <= index < MAX_STREAMED_CALLS
 
 
-def _object(payload: bytes) -> JSONDict | None:
+def json_object(payload: bytes) -> JSONDict | None:
+    """The event's JSON object; None for anything else (skipped, never trusted)."""
     try:
         value = _json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
 
-def _error_text(error: JSONDict) -> str:
-    message = error.get("message")
-    return str(message)[:1000] if isinstance(message, str) else "the upstream stream failed"
+def error_text(error: Any) -> str:
+    """An error event's message, bounded: `{"message": ...}` (OpenAI,
+    Anthropic) or the text itself (Ollama; an empty one says nothing)."""
+    message = error.get("message") if isinstance(error, dict) else error or None
+    return message[:1000] if isinstance(message, str) else "the upstream stream failed"
 
 
 class StreamAssembler(Protocol):
