@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,19 +95,30 @@ def make_host() -> Iterator[Any]:
 
 
 @pytest.fixture
-def probe(make_host: Any) -> Iterator[Any]:
-    """probe(host=None, replace=None) -> Probe over tests/wat/probe.wat."""
+def make_probe(make_host: Any) -> Iterator[Any]:
+    """make_probe(host, wasm, options=None) -> a Probe, closed after the test
+    (before make_host's hosts are)."""
     probes: list[Probe] = []
 
-    def make(host: Host | None = None, replace: dict[str, str] | None = None) -> Probe:
-        p = Probe(host or make_host(base_url="http://127.0.0.1:9/v1"),
-                  wat_module("probe.wat", replace))
+    def make(host: Host, wasm: bytes, options: Any = None) -> Probe:
+        p = Probe(host, wasm, options)
         probes.append(p)
         return p
 
     yield make
     for p in probes:
         p.close()
+
+
+@pytest.fixture
+def probe(make_host: Any, make_probe: Callable[..., Probe]) -> Any:
+    """probe(host=None, replace=None) -> Probe over tests/wat/probe.wat."""
+
+    def make(host: Host | None = None, replace: dict[str, str] | None = None) -> Probe:
+        return make_probe(host or make_host(base_url="http://127.0.0.1:9/v1"),
+                          wat_module("probe.wat", replace))
+
+    return make
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import json
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -67,20 +67,15 @@ def test_a_whole_run_ends_at_its_deadline(make_host: Any, entry: str) -> None:
 
 
 @pytest.fixture
-def live(make_host: Any) -> Iterator[Callable[..., Probe]]:
+def live(make_host: Any, make_probe: Callable[..., Probe]) -> Callable[..., Probe]:
     """live(wasm, **config) -> a guest whose run has `config`'s deadline."""
-    probes: list[Probe] = []
 
     def make(wasm: bytes, **config: Any) -> Probe:
         config.setdefault("timeout", DEADLINE_S)
         config.setdefault("base_url", "http://127.0.0.1:9/v1")
-        p = Probe(make_host(**config), wasm)
-        probes.append(p)
-        return p
+        return make_probe(make_host(**config), wasm)
 
-    yield make
-    for p in probes:
-        p.close()
+    return make
 
 
 def _ended_by_deadline(p: Probe, result: Any) -> None:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +98,11 @@ def test_an_attack_ends_quickly_and_small(attack: str, result: int | None, outco
 
 
 @pytest.fixture
-def probe(make_host: Any) -> Iterator[Any]:
-    probes: list[Probe] = []
-
+def probe(make_host: Any, make_probe: Callable[..., Probe]) -> Any:
     def make(**config: Any) -> Probe:
-        p = Probe(make_host(**config), GUEST)
-        probes.append(p)
-        return p
+        return make_probe(make_host(**config), GUEST)
 
-    yield make
-    for p in probes:
-        p.close()
+    return make
 
 
 @pytest.fixture
