@@ -36,6 +36,7 @@ from spearpy.journal import (
     open_store,
 )
 from spearpy.journal.records import STDIN_STORED_MAX
+from spearpy.journal.writer import MIN_SECRET_LENGTH
 
 Mode = Literal["record", "replay", "fork"]
 # What a replay or fork must share with the journaled run (a fork's flags differ).
@@ -126,12 +127,10 @@ def run_start(*, module_sha256: str, argv: list[str], env_names: list[str], stdi
     """The start record of a run (Start.of_run, for a module known by digest)."""
     from spearpy.observe.scrub import SecretScrubber
 
-    scrubber = SecretScrubber(secrets, min_length=4)
+    scrubber = SecretScrubber(secrets, min_length=MIN_SECRET_LENGTH)
     start = Start.of_run(module=b"", argv=argv, env=env_names, stdin=stdin, limits=limits,
                          flags=flags, scrubber=scrubber)
     return replace(start, module_sha256=module_sha256)
-
-
 
 
 def run_arguments(start: Start, *, module: object = None,
