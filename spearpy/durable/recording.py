@@ -17,7 +17,7 @@ class RecordingMemory(GuestMemory):
     def __init__(self, inner: GuestMemory) -> None:
         # Shares the inner memory's window: reads and bounds are its own.
         super().__init__(None, None)
-        for name in ("_store", "_memory", "_ctx", "_mem", "_known", "_view", "_bytes"):
+        for name in GuestMemory.__slots__:
             setattr(self, name, getattr(inner, name))
         self.inner = inner
         self.writes: list[tuple[int, bytes]] = []
