@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from spearpy import abi
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.router import route_record
+from spearpy.chat.normalize import first_message
 from spearpy.chat.protocol import CallBudget, CallTool, Complete, ToolOutcome
 from spearpy.driver import upstream
 from spearpy.observe import events as ev
@@ -250,8 +251,6 @@ def _routing(backend: object) -> dict[str, Any]:
 
 
 def _count_tool_calls(body: dict[str, Any] | None) -> int:
-    try:
-        calls = body["choices"][0]["message"].get("tool_calls") if body else None
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return 0
+    message = first_message(body)
+    calls = message.get("tool_calls") if message is not None else None
     return len(calls) if isinstance(calls, list) else 0
