@@ -40,7 +40,7 @@ from spearpy.serve.problems import Problem
 from spearpy.serve.schema import RunRequest
 from spearpy.serve.seqs import EventSeqs
 from spearpy.serve.store import EventRow, RunStore
-from spearpy.serve.store_resume import ResumeInputs
+from spearpy.serve.store_resume import EVENTS_DROPPED, ResumeInputs
 
 if TYPE_CHECKING:
     from spearpy.serve.travel import Origin
@@ -53,7 +53,6 @@ _log = logging.getLogger("spearpy.serve")
 # run's end, which is always stored.
 MAX_STORED_EVENTS = 100_000
 MAX_STORED_EVENT_BYTES = 64 << 20
-EVENTS_DROPPED = "events_dropped"
 JOURNALS = "journals.sqlite3"  # in --state-dir: every journaled run's journal, by run id
 
 # The service's journals are written through to the OS at each record, not

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from spearpy.executors.base import RUN_RESUMED
 from spearpy.serve.store_rows import IN_PROGRESS
 
 INTERRUPTED = "the service stopped while the run was in progress (crash or kill)"
@@ -25,8 +26,9 @@ INTERRUPTED = "the service stopped while the run was in progress (crash or kill)
 Resumable = Callable[[list[str]], Iterable[str]]
 # Service events (not the guest's): left out when a resumed run's events
 # are matched against those stored before.
-_SERVICE_KINDS = ("run_resumed",)
-_DROPPED = "events_dropped"
+_SERVICE_KINDS = (RUN_RESUMED,)
+# The service's event that says its bounds dropped a run's events (serve/runs.py).
+EVENTS_DROPPED = "events_dropped"
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def event_history(db: sqlite3.Connection, run_id: str, max_kinds: int) -> EventH
             history.count += 1
             history.size += int(size)
             history.next_seq = int(seq) + 1
-            gap = gap or kind == _DROPPED or len(history.kinds) >= max_kinds
+            gap = gap or kind == EVENTS_DROPPED or len(history.kinds) >= max_kinds
             if not gap and kind not in _SERVICE_KINDS:
                 history.kinds.append(str(kind))
     finally:
