@@ -40,7 +40,7 @@ from spearpy.backends.routing.spec import (
 )
 from spearpy.backends.specs import BackendSpec, HostDefaults, backend_tables
 from spearpy.config import url_problem
-from spearpy.config_file import read_config_file
+from spearpy.config_file import ConfigFile, read_config_file
 from spearpy.errors import ConfigError
 from spearpy.secret_env import REALTIME_KEY_ENV
 
@@ -95,7 +95,7 @@ class BackendCatalog:
         resolved = _resolve(config)
         catalog = cls(resolved.specs, resolved.default, defaults, record=record,
                       replay=resolved.cursor, routing=resolved.routing)
-        file = read_config_file(config.config_file)
+        file = resolved.file
         catalog.notes = file.notes
         if file.table("realtime"):  # else nothing of ASR is imported: most runs use none
             from spearpy.backends.realtime import realtime_key_envs
@@ -224,6 +224,7 @@ def check_config(config: HostConfig) -> None:
 class _Resolved:
     specs: dict[str, BackendSpec]
     default: str
+    file: ConfigFile  # the config file the backends came from
     cursor: ReplayCursor | None = None  # a whole-host replay's
     routing: RoutingSpec = field(default_factory=RoutingSpec)
 
@@ -247,7 +248,7 @@ def _resolve(config: HostConfig) -> _Resolved:
         names = {*cursor.data["backends"], default}
         routing = loaded.routing.with_aliases(_flag_aliases(config, None))
         return _Resolved({n: BackendSpec(kind="replay", cassette=cursor.path) for n in names},
-                         default, cursor, routing)
+                         default, file, cursor, routing)
     specs, default = loaded.specs, loaded.default
     where = {name: f"{file_label}: [backends.{name}]" for name in specs}
     if chosen is not None and chosen in specs:
@@ -274,7 +275,7 @@ def _resolve(config: HostConfig) -> _Resolved:
 
         realtime_specs(file)  # checked now: a bad one fails the host, not an rtasr connect
     routing = routing.with_aliases(_flag_aliases(config, set(specs)))
-    return _Resolved(specs, default, None, routing)
+    return _Resolved(specs, default, file, None, routing)
 
 
 def _discovered(tables: dict[str, Any], specs: dict[str, BackendSpec], where: dict[str, str],
