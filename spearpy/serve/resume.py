@@ -49,10 +49,11 @@ def open_journals(state_dir: Path) -> Resumable:
             return []
         store = SQLiteJournalStore(path)
         try:
-            going = {info.id for info in store.list() if not info.ended}
+            # Each by its id: the store holds every journaled run's journal.
+            infos = [store.info(run_id) for run_id in run_ids]
         finally:
             store.close()
-        return [run_id for run_id in run_ids if run_id in going]
+        return [info.id for info in infos if info is not None and not info.ended]
 
     return resumable
 
