@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from spearpy.cli.journal_options import SYNC_POLICIES, journal_spec
-from spearpy.cli.observe_options import Observability, observe_options, pop_observe_options
+from spearpy.cli.observe_options import observe_options, pop_observe_options
 from spearpy.cli.options import config_from_options, host_options, require_api_key
-from spearpy.cli.run import cancel_on_signals, guest_log_sink
+from spearpy.cli.run import observed_run
 from spearpy.errors import SpearpyError
 
 if TYPE_CHECKING:
@@ -115,16 +114,9 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
     except SpearpyError as exc:
         raise click.UsageError(f"{exc} (--module FILE, --stdin FILE)") from None
     host = Host(config)
-    cancel = threading.Event()
     try:
-        with Observability(observe, api_key_envs=host.key_envs()) as obs, \
-                cancel_on_signals(cancel):
-            result = host.run(
-                **arguments, capture_output=False, on_event=obs.sink, cancel=cancel,
-                on_guest_log=guest_log_sink(observe), journal=spec)
-    except SpearpyError as exc:
-        click.echo(f"spearpy: {exc}", err=True)
-        sys.exit(65)
+        with observed_run(host, observe) as observed:
+            result = host.run(**arguments, journal=spec, **observed)
     except ValueError as exc:
         # Host.run refusing its inputs: here they are the journal's (a --dir
         # gone since, a hand-edited start), which is bad input, not a crash.

@@ -23,11 +23,12 @@ from spearpy.secret_env import SecretEnvError, passed_through
 
 if TYPE_CHECKING:
     from spearpy.context import GuestLogSink
+    from spearpy.host import Host
     from spearpy.streams.stdio import StdioBridge
 
 
 @contextlib.contextmanager
-def cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
+def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
     """Ctrl-C or SIGTERM cancels the run: the guest stops at its next epoch
     tick (or wait) and the run ends as `cancelled`, transcripts and metrics
     written. Python's default would raise KeyboardInterrupt, which never
@@ -53,7 +54,7 @@ def cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
+def _guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
     """With JSON logs, guest `log` lines join the structured stream instead of
     interleaving `[level] text` lines with it."""
     if observe.get("log_format") != "json":
@@ -61,6 +62,23 @@ def guest_log_sink(observe: dict[str, Any]) -> GuestLogSink | None:
     from spearpy.observe.logs import log_guest_line
 
     return log_guest_line
+
+
+@contextlib.contextmanager
+def observed_run(host: Host, observe: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """What `spearpy run`, `resume` and `replay` give Host.run besides the
+    run itself: the observability's sink, a cancel event that Ctrl-C and
+    SIGTERM set, the guest log sink. A SpearpyError from the run is printed
+    and exits 65."""
+    cancel = threading.Event()
+    try:
+        with Observability(observe, api_key_envs=host.key_envs()) as obs, \
+                _cancel_on_signals(cancel):
+            yield {"capture_output": False, "on_event": obs.sink, "cancel": cancel,
+                   "on_guest_log": _guest_log_sink(observe)}
+    except SpearpyError as exc:
+        click.echo(f"spearpy: {exc}", err=True)
+        sys.exit(65)
 
 
 def _stdio_bridge(stream_id: int) -> StdioBridge:
@@ -109,23 +127,16 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     except SecretEnvError as exc:
         host.close()
         raise click.BadParameter(str(exc), param_hint="--env") from None
-    cancel = threading.Event()
     bridge = _stdio_bridge(stream_id if stream_id is not None else 1) if stream_stdio else None
     try:
-        with Observability(observe, api_key_envs=host.key_envs()) as obs, \
-                cancel_on_signals(cancel):
-            obs.sink.add(NoModelHint())
+        with observed_run(host, observe) as observed:
+            observed["on_event"].add(NoModelHint())
             result = host.run(module, list(guest_args), env=env or None, stdin=stdin,
                               inherit_env=env_inherit, dirs=dirs, invoke=invoke,
-                              capture_output=False, on_event=obs.sink, cancel=cancel,
-                              on_guest_log=guest_log_sink(observe),
                               streams=bridge.hub if bridge is not None else None,
-                              journal=journal)
+                              journal=journal, **observed)
         if bridge is not None:
             bridge.join(5.0)  # what the guest wrote last reaches stdout
-    except SpearpyError as exc:
-        click.echo(f"spearpy: {exc}", err=True)
-        sys.exit(65)
     finally:
         mismatch = host.replay_mismatch()
         host.close()
