@@ -216,8 +216,10 @@ class BackendCatalog:
 def check_config(config: HostConfig) -> None:
     """Raise what `from_config` would, without its side effects (a --record
     cassette is not written): for commands that build their hosts later, in
-    other processes (`spearpy batch`)."""
-    _resolve(config)
+    other processes (`spearpy batch`). Ollama discovery's settings are
+    checked but Ollama is not asked: its trouble never raises, and each
+    host asks it when it starts."""
+    _resolve(config, discover=False)
 
 
 @dataclass(slots=True)
@@ -229,9 +231,10 @@ class _Resolved:
     routing: RoutingSpec = field(default_factory=RoutingSpec)
 
 
-def _resolve(config: HostConfig) -> _Resolved:
+def _resolve(config: HostConfig, *, discover: bool = True) -> _Resolved:
     """The backends by name, the default's name, the cursor of a whole-host
-    replay and the routing, every spec checked."""
+    replay and the routing, every spec checked (`discover`: Ollama's models
+    among them, else its settings checked only)."""
     chosen = config.backend
     file = read_config_file(config.config_file)
     loaded = backend_tables(file)  # a replay routes as the recorded run did
@@ -264,7 +267,7 @@ def _resolve(config: HostConfig) -> _Resolved:
             where["openai"] = "--base-url / OPENAI_BASE_URL"
         default = "openai"
     discovered = _discovered(file.table("discovery"), specs, where, file_label,
-                             {route.name for route in loaded.routing.routes})
+                             {route.name for route in loaded.routing.routes}, discover)
     for name, spec in specs.items():
         _check_spec(spec, where[name])
     routing = replace(loaded.routing, routes=(*loaded.routing.routes, *discovered)) \
@@ -279,11 +282,12 @@ def _resolve(config: HostConfig) -> _Resolved:
 
 
 def _discovered(tables: dict[str, Any], specs: dict[str, BackendSpec], where: dict[str, str],
-                file_label: str, taken: set[str]) -> list[RouteSpec]:
+                file_label: str, taken: set[str], ask: bool = True) -> list[RouteSpec]:
     """The models a local Ollama serves or has installed, as backends (SPEAR's
     discovery, read again whenever a catalog is built: at a Host's start and
     by `spearpy routes explain`), each with a route binding its model to it.
-    An unreachable Ollama gives none, with a warning (ollama_discovery.py)."""
+    An unreachable Ollama gives none, with a warning (ollama_discovery.py);
+    not `ask`: the settings are checked, Ollama is not asked."""
     table = tables.get("ollama")
     if not table or not table.get("enabled"):
         return []
@@ -294,6 +298,8 @@ def _discovered(tables: dict[str, Any], specs: dict[str, BackendSpec], where: di
     except ValidationError as exc:
         raise ConfigError(f"{file_label}: [spearlet.llm.discovery.ollama]: "
                           f"{first_error(exc)}") from None
+    if not ask:
+        return []
     routes = []
     for found in discover(settings, taken=set(specs)):
         specs[found.name] = found.spec
