@@ -125,8 +125,9 @@ def _header(record: dict[str, Any]) -> RenderableType:
     usage = record.get("usage") or {}
     models = one_line(", ".join(map(str, record.get("models") or []))) or "?"
     title = Text()
-    title.append(f"run {record.get('run_id', '?')}", style="bold")
-    title.append(f" · session fd {record.get('session_fd', '?')} · model {models}")
+    title.append(f"run {one_line(str(record.get('run_id', '?')), 80)}", style="bold")
+    title.append(f" · session fd {one_line(str(record.get('session_fd', '?')), 20)} · "
+                 f"model {models}")
     sends = (record.get("timings") or {}).get("sends_ms") or []
     took = f" ({', '.join(_ms(s) for s in sends)})" if sends else ""
     counts = (f"{record.get('sends', 0)} send(s){took} · {record.get('iterations', 0)} "

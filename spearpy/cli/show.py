@@ -65,9 +65,10 @@ def _show_journals(paths: list[str], as_json: bool) -> None:
         try:
             store, journal_id = FileJournalStore.for_path(path)
             # A page at a time: a journal is never read whole.
-            for record in store.records(journal_id):
-                click.echo(encode(record).decode("ascii") if as_json else
-                           next(lines([record])))
+            records = store.records(journal_id)
+            for line in ((encode(r).decode("ascii") for r in records) if as_json
+                         else lines(records)):
+                click.echo(line)
         except JournalError as exc:
             click.echo(f"spearpy show: {exc}", err=True)
             sys.exit(2)
