@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,12 +20,21 @@ if TYPE_CHECKING:
     from spearpy.journal import Start
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _run_inputs(func: F) -> F:
+    """--module and --stdin: what the journal names but may not hold."""
+    func = click.option("--stdin", "stdin_file", type=click.File("rb"),
+                        help="the run's stdin, when the journal keeps only its digest")(func)
+    return click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
+                        help="the module, when the journal's has moved (its sha256 must match)"
+                        )(func)
+
+
 @click.command()
 @click.argument("path")
-@click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
-              help="the module, when the journal's has moved (its sha256 must match)")
-@click.option("--stdin", "stdin_file", type=click.File("rb"),
-              help="the run's stdin, when the journal keeps only its digest")
+@_run_inputs
 @click.option("--journal-sync", type=click.Choice(SYNC_POLICIES), default=None,
               help="when the journal is made durable on disk [send]")
 @observe_options
@@ -49,10 +59,7 @@ def resume(path: str, module_path: str | None, stdin_file: Any, journal_sync: st
                    "here (over the journaled ones), writing a new journal (--journal)")
 @click.option("--journal", "fork_path", metavar="PATH", default=None,
               help="the new journal of a fork (.jsonl)")
-@click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
-              help="the module, when the journal's has moved (its sha256 must match)")
-@click.option("--stdin", "stdin_file", type=click.File("rb"),
-              help="the run's stdin, when the journal keeps only its digest")
+@_run_inputs
 @host_options
 @observe_options
 def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | None,
