@@ -59,10 +59,6 @@ class WavHeader:
     data_offset: int  # where the audio starts in the file
     data_bytes: int  # whole frames of audio from there, within the file
 
-    @property
-    def block(self) -> int:
-        return self.channels * self.sampwidth
-
 
 def read_header(file: BinaryIO, size: int) -> WavHeader:
     """The header of `file` (`size` bytes long, positioned at its start)."""
