@@ -349,3 +349,20 @@ def test_ollama_discovery_adds_the_served_models_as_backends_bound_to_them(
     guest = guests(config_file=tmp_path / "config.toml")
     assert content(guest.send(model="other-model")) == "other says other-model"
     assert guest.send(model="phi3:mini")["error"]["code"] == "no_candidate_backend"
+
+
+def test_a_run_asks_ollama_once_at_start(servers: dict[str, Any], tmp_path: Path) -> None:
+    """The CLI's checks before its Host starts (the key check, the key names
+    to redact) read the configured backends without asking Ollama again."""
+    from tests.ollama_server import OllamaServer
+
+    with OllamaServer(installed=["phi3:mini"], serving=["phi3:mini"]) as ollama:
+        extra = ("[spearlet.llm.discovery.ollama]\nenabled = true\n"
+                 f'base_url = "{ollama.base_url}"\n')
+        path = spear_file(tmp_path / "config.toml", servers, extra=extra)
+        proc = subprocess.run([sys.executable, "-m", "spearpy", "run", "--config", str(path),
+                               str(ROOT / "wasm-samples" / "c_hello.wasm")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=HANG_GUARD_S,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert [r.path for r in ollama.requests] == ["/api/ps"]

@@ -89,10 +89,13 @@ class BackendCatalog:
         self.realtime_key_envs: list[str] = []
 
     @classmethod
-    def from_config(cls, config: HostConfig) -> BackendCatalog:
+    def from_config(cls, config: HostConfig, *, discover: bool = True) -> BackendCatalog:
+        """The catalog the configuration describes. `discover=False`: without
+        asking Ollama for its models (a check of the configured backends, as
+        the CLI makes before its Host asks)."""
         defaults = HostDefaults(config.model, config.request_timeout, config.max_retries)
         record = str(config.record) if config.record is not None else None
-        resolved = _resolve(config)
+        resolved = _resolve(config, discover=discover)
         catalog = cls(resolved.specs, resolved.default, defaults, record=record,
                       replay=resolved.cursor, routing=resolved.routing)
         file = resolved.file

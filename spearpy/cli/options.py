@@ -220,7 +220,9 @@ def missing_api_key(config: HostConfig) -> str | None:
 
     try:
         # Without --record: checking must not create the cassette.
-        catalog = BackendCatalog.from_config(config.model_copy(update={"record": None}))
+        # Discovered backends send no key and never become the default.
+        catalog = BackendCatalog.from_config(config.model_copy(update={"record": None}),
+                                             discover=False)
     except (ValueError, ConfigError):
         return None  # Host() reports the configuration's own problem
     name = catalog.default
@@ -259,7 +261,8 @@ def key_envs(config: HostConfig) -> list[str]:
 
     names = {config.api_key_env}
     with contextlib.suppress(ValueError, ConfigError):  # Host() reports those
-        names.update(BackendCatalog.from_config(config.model_copy(update={"record": None}))
+        names.update(BackendCatalog.from_config(config.model_copy(update={"record": None}),
+                                                discover=False)
                      .key_envs())
     return sorted(n for n in names if n)
 
