@@ -56,3 +56,21 @@ def test_show_reports_a_damaged_journal(tmp_path: Path) -> None:
     done = _show(str(path))
     assert done.returncode == 2
     assert "journal 'run' line 2: a hostcall answer's rc is not an int or null" in done.stderr
+
+
+def test_a_summary_is_redacted_before_it_is_cut() -> None:
+    """A secret straddling the summary's length would lose its tail to the
+    cut and then no longer be recognised: the service redacts first."""
+    from spearpy.journal.records import Step
+    from spearpy.journal.view import SUMMARY_CHARS, summary
+    from spearpy.observe.redact import Redactor
+
+    secret = "sk-" + "s3cr3t" * 8
+    request = {"source": "python", "name": "t"}
+    shown_before = len('{"source":"python","name":"t"} -> {"output":"')
+    # The secret starts a few characters before the cut.
+    output = "x" * (SUMMARY_CHARS - 8 - shown_before) + secret
+    step = Step(2, "tool.outcome", request, None, {"output": output})
+    assert "sk-s3" in summary(step)  # cut first, the secret's start is there
+    redacted = summary(step, Redactor([secret]).text)
+    assert "sk-s3" not in redacted and len(redacted) <= SUMMARY_CHARS

@@ -8,7 +8,7 @@ characters are shown escaped, never obeyed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from spearpy._term import one_line
@@ -32,7 +32,14 @@ def lines(records: Iterable[Record]) -> Iterator[str]:
         yield f"{record.seq:>6}  {one_line(record.kind, 40):<20}  {summary(record)}"
 
 
-def summary(record: Record) -> str:
+def summary(record: Record, redact: Callable[[str], str] | None = None) -> str:
+    """The record in one line of at most SUMMARY_CHARS. `redact` runs before
+    the line is cut: a secret cut in two would no longer be recognised."""
+    text = _text(record)
+    return one_line(redact(text) if redact is not None else text, SUMMARY_CHARS)
+
+
+def _text(record: Record) -> str:
     if isinstance(record, Start):
         stdin = f"{record.stdin_length} bytes" + ("" if record.stdin is not None
                                                   else ", not stored")
@@ -52,7 +59,7 @@ def summary(record: Record) -> str:
             answer = _json(record.answer)
         text = answer if record.request is None and record.request_sha256 is None \
             else f"{request} -> {answer}"
-    return one_line(text, SUMMARY_CHARS)
+    return text
 
 
 def _hostcall(step: Step) -> str:

@@ -31,6 +31,7 @@ class JournalPages:
 
     def __init__(self, service: Service) -> None:
         self._path = service.config.state_path / JOURNALS
+        self._redact = service.redactor.text
         self._lock = threading.Lock()
         self._store: JournalStore | None = None
 
@@ -39,7 +40,8 @@ class JournalPages:
         """Up to `limit` steps after seq `after`, and whether more follow. The
         store reads its records a page at a time: none is held beyond these."""
         records = (r for r in self._opened(run_id).records(run_id) if r.seq > after)
-        steps = [{"seq": r.seq, "kind": r.kind, **({"summary": summary(r)} if content else {})}
+        steps = [{"seq": r.seq, "kind": r.kind,
+                  **({"summary": summary(r, self._redact)} if content else {})}
                  for r in itertools.islice(records, limit + 1)]
         return steps[:limit], len(steps) > limit
 
