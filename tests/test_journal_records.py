@@ -542,3 +542,14 @@ def test_the_journal_imports_only_leaves() -> None:
                            "if m in sys.modules))"], capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_what_a_damaged_journal_held_is_shown_short_and_escaped() -> None:
+    from spearpy.journal.records import decode
+
+    line = json.dumps({"seq": 1, "kind": "\x1b[2J" + "k" * 10_000, "request": None,
+                       "answer": 1})
+    with pytest.raises(JournalCorrupt) as caught:
+        decode(line)
+    message = str(caught.value)
+    assert len(message) < 200 and "\x1b" not in message

@@ -41,6 +41,7 @@ from enum import StrEnum
 from typing import Any
 
 from spearpy import __version__, _json
+from spearpy._term import one_line
 from spearpy.journal.errors import JournalCorrupt, JournalError
 from spearpy.observe.scrub import SecretScrubber
 
@@ -152,7 +153,8 @@ def kind_of(name: str) -> Kind:
     try:
         return KINDS[name]
     except KeyError:
-        raise JournalError(f"unknown journal kind {name!r} (known: {', '.join(KINDS)})") from None
+        raise JournalError(f"unknown journal kind {_shown(name)} (known: {', '.join(KINDS)})") \
+            from None
 
 
 def canonical(value: Any) -> bytes:
@@ -218,11 +220,12 @@ def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearra
     if rc is not None and type(rc) is not int:
         raise JournalError(f"a hostcall's rc is an int or None, not {type(rc).__name__}")
     if type(t) not in (int, float) or not math.isfinite(t):
-        raise JournalError(f"a hostcall's t is a finite number of ms, not {t!r}")
+        raise JournalError(f"a hostcall's t is a finite number of ms, not {_shown(t)}")
     stored = []
     for address, data in writes:
         if type(address) is not int or address < 0:
-            raise JournalError(f"a hostcall write's address is a guest address, not {address!r}")
+            raise JournalError("a hostcall write's address is a guest address, not "
+                               f"{_shown(address)}")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise JournalError(f"a hostcall write is bytes, not {type(data).__name__}")
         raw = bytes(data)
@@ -356,7 +359,7 @@ def _decode_start(fields: _Fields) -> Start:
 def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
     kind = KINDS.get(name)
     if kind is None:
-        raise JournalCorrupt(f"unknown kind {name!r}")
+        raise JournalCorrupt(f"unknown kind {_shown(name)}")
     digest = fields.take("request_sha256", str, optional=True)
     request = None if digest is not None else fields.take_any("request")
     key = _ANSWER_KEY[kind.answer]
@@ -402,4 +405,10 @@ class _Fields:
 
     def done(self) -> None:
         if self._obj:
-            raise JournalCorrupt(f"unexpected field(s) {', '.join(map(repr, self._obj))}")
+            raise JournalCorrupt(f"unexpected field(s) {', '.join(map(_shown, self._obj))}")
+
+
+def _shown(value: object) -> str:
+    """What a journal file held, in an error message: its repr, escaped and
+    short (the file may be damaged or hand-made; errors reach terminals)."""
+    return one_line(repr(value), 80)
