@@ -30,7 +30,7 @@ from spearpy.instance import GuestRun
 from spearpy.modcache import ModuleCache
 from spearpy.modload import LoadedModule, carry_over, compile_module, link
 from spearpy.observe.events import Event, EventSink
-from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.outcome import RunResult
 from spearpy.secret_env import passed_through
 from spearpy.tools.sources import HostTools, task_policy
 
@@ -264,7 +264,11 @@ class Host:
         )
         run = GuestRun(self.engine, self.config, loaded, options, self.services)
         if journal is not None:
-            diverged = self._journal(run, journal, module, options)
+            from spearpy.durable import bind_journal
+
+            secrets = [value for name in self.key_envs() if (value := os.environ.get(name))]
+            path = module if isinstance(module, str | os.PathLike) else None
+            diverged = bind_journal(run, journal, self.config, loaded.sha256, path, secrets)
             if diverged is not None:
                 return diverged
         with self.in_progress(run):
@@ -286,28 +290,6 @@ class Host:
 
         arguments = run_arguments(read_start(journal), module=module, stdin=stdin)
         return self.run(**arguments, journal=journal, **kwargs)
-
-    def _journal(self, run: GuestRun, spec: JournalSpec,
-                 module: str | os.PathLike[str] | bytes | LoadedModule,
-                 options: RunOptions) -> RunResult | None:
-        """Bind the run's journal; the result of a run that is not the
-        journaled one (replay_diverged at step 0), or None."""
-        from spearpy.durable import open_run_journal, run_flags, run_start
-        from spearpy.journal import ReplayDiverged
-
-        path = module if isinstance(module, str | os.PathLike) else None
-        secrets = [value for name in self.key_envs() if (value := os.environ.get(name))]
-        start = run_start(module_sha256=run.module.sha256, argv=options.argv,
-                          env_names=sorted(options.env or {}), stdin=options.stdin or b"",
-                          limits=options.limits or {},
-                          flags=run_flags(self.config, options, path), secrets=secrets)
-        try:
-            run.journal = open_run_journal(spec, start, secrets)
-        except ReplayDiverged as exc:
-            return RunResult(run_id=run.run_id, outcome=Outcome.REPLAY_MISMATCH,
-                             exit_code=exit_code_for(Outcome.REPLAY_MISMATCH), message=str(exc))
-        run.journal.bind(run)
-        return None
 
     @contextlib.contextmanager
     def in_progress(self, run: GuestRun) -> Iterator[None]:

@@ -9,6 +9,7 @@ answers once live. The journal's format and stores are spearpy.journal.
 from spearpy.durable.run_journal import RunJournal
 from spearpy.durable.spec import (
     JournalSpec,
+    bind_journal,
     open_run_journal,
     read_start,
     run_arguments,
@@ -16,5 +17,5 @@ from spearpy.durable.spec import (
     run_start,
 )
 
-__all__ = ["JournalSpec", "RunJournal", "open_run_journal", "read_start", "run_arguments",
-           "run_flags", "run_start"]
+__all__ = ["JournalSpec", "RunJournal", "bind_journal", "open_run_journal", "read_start",
+           "run_arguments", "run_flags", "run_start"]

@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spearpy.config import HostConfig
-from spearpy.context import RunOptions
+from spearpy.context import RunContext, RunOptions
 from spearpy.durable.run_journal import RunJournal
 from spearpy.journal import (
     DEFAULT_MAX_JOURNAL_BYTES,
@@ -36,6 +36,9 @@ from spearpy.journal import (
     open_store,
 )
 from spearpy.journal.records import STDIN_STORED_MAX
+
+if TYPE_CHECKING:
+    from spearpy.outcome import RunResult
 from spearpy.journal.writer import MIN_SECRET_LENGTH
 
 Mode = Literal["record", "replay", "fork"]
@@ -173,5 +176,28 @@ def run_flags(config: HostConfig, options: RunOptions,
             "module": os.path.abspath(module) if module is not None else None}
 
 
-__all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "open_run_journal", "read_start",
-           "run_arguments", "run_flags", "run_start"]
+
+def bind_journal(run: RunContext, spec: JournalSpec, config: HostConfig, module_sha256: str,
+                 module: str | os.PathLike[str] | None, secrets: list[str]) -> RunResult | None:
+    """Give `run` (about to start as its options say) the journal `spec`
+    names (`module`: the module's path, when it was given one); the result of
+    a run that is not the journaled one (replay_mismatch at step 0, nothing
+    run), or None."""
+    from spearpy.journal import ReplayDiverged
+    from spearpy.outcome import Outcome, RunResult, exit_code_for
+
+    options = run.options
+    start = run_start(module_sha256=module_sha256, argv=options.argv,
+                      env_names=sorted(options.env or {}), stdin=options.stdin or b"",
+                      limits=options.limits or {}, flags=run_flags(config, options, module),
+                      secrets=secrets)
+    try:
+        run.journal = open_run_journal(spec, start, secrets)
+    except ReplayDiverged as exc:
+        return RunResult(run_id=run.run_id, outcome=Outcome.REPLAY_MISMATCH,
+                         exit_code=exit_code_for(Outcome.REPLAY_MISMATCH), message=str(exc))
+    run.journal.bind(run)
+    return None
+
+__all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "bind_journal", "open_run_journal",
+           "read_start", "run_arguments", "run_flags", "run_start"]
