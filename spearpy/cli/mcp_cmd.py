@@ -146,7 +146,7 @@ def list_servers(mcp_dirs: tuple[str, ...], config_file: str | None, as_json: bo
         for note in registry.notes:
             click.echo(one_line(f"note: {note}"))
         for error in registry.errors:
-            click.echo(one_line(f"error: {error}"), err=True)
+            click.echo(one_line(f"error: {error}", 2000), err=True)
     sys.exit(1 if errors or failed else 0)
 
 
@@ -161,7 +161,7 @@ def _print_table(rows: list[dict[str, Any]], probed: bool) -> None:
         click.echo(one_line(f"{row['server_id']}{title}  [{row['transport']}]  {row['source']}"))
         where = row.get("url") or " ".join([row.get("command", ""), *row.get("args", [])])
         click.echo(one_line(f"  runs:   {where}"))
-        click.echo(one_line(f"  status: {_status_text(row)}"))
+        click.echo(one_line(f"  status: {_status_text(row)}", 2000))  # a server's own words
         click.echo(one_line(f"  tools:  {_tools_text(row, probed)}"))
 
 
@@ -192,7 +192,7 @@ def call(server: str, tool: str, arguments: str, mcp_dirs: tuple[str, ...],
         raise click.BadParameter("must be a JSON object", param_hint="ARGUMENTS")
     registry = build_registry(mcp_dirs, config_file)
     for error in registry.errors:
-        click.echo(one_line(f"error: {error}"), err=True)
+        click.echo(one_line(f"error: {error}", 2000), err=True)
     with McpManager(registry) as manager:
         outcome = manager.call_tool(server, tool, args, timeout_s=timeout,
                                     max_output_bytes=max_output_bytes)
