@@ -16,8 +16,10 @@ async function showJournal(run, more) {
   try { page = await api(url); } catch (_) { if (load === journalLoads) box.hidden = true; return; }
   if (!view || view.run.id !== run.id || load !== journalLoads) return;
   if (first) {
+    // The same run's steps again (its view loads them, then its end does):
+    // a fork form the user opened meanwhile stays open.
+    if (!journal || journal.runId !== run.id) $("fork-form").hidden = true;
     $("journal-steps").replaceChildren();
-    $("fork-form").hidden = true;
     $("journal-error").textContent = "";
   }
   journal = { runId: run.id, next: page.next, fork: page.fork };
