@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import RUN_RESUMED, ExecutorError, OnEnd, RunJob, worker_lost
+from spearpy.executors.resumes import resumed_job
 from spearpy.observe.events import Event
 
 if TYPE_CHECKING:
@@ -284,6 +285,8 @@ class ProcessRuns:
         if run.on_event is not None:
             run.on_event(Event(RUN_RESUMED, "", -1, time.time(),
                                data={"message": why, "resumes": run.resumes}))
+        # A fork goes on with its own journal, not as a fork again (resumes.py).
+        run.job = resumed_job(run.job)
         self._place(run)
 
 

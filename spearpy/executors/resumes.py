@@ -1,0 +1,108 @@
+"""What a journaled run whose worker died goes on with, on another worker
+(procs.py, ray_runs.py) or in a restarted service (serve/resume.py).
+
+A run journaled in `record` mode resumes its own journal as it is. A fork
+(`mode="fork"`) cannot be submitted again as it was: its new journal exists
+by then, and a fork starts that journal afresh. So a fork whose journal was
+started goes on with that journal instead, in `record` mode: its steps
+answer, then the run goes on live. A fork cut short while it was still
+copying the steps it forks from (before the fork point) first gets the rest
+of them copied, record for record, from the journal it forks, so the steps
+up to the fork point still come from there and not from a live call. A fork
+that had not written its start yet is submitted again as a fork.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from spearpy.executors.base import RUN_RESUMED, RunJob
+from spearpy.observe.events import Event
+
+if TYPE_CHECKING:
+    from spearpy.durable import JournalSpec
+    from spearpy.journal.store import StoreWriter
+
+_log = logging.getLogger("spearpy.executors")
+
+
+def resumed_event(why: str, resumes: int) -> Event:
+    """The RUN_RESUMED event a lost run's `on_event` gets before it resumes."""
+    return Event(RUN_RESUMED, "", -1, time.time(), data={"message": why, "resumes": resumes})
+
+
+def resumed_job(job: RunJob) -> RunJob:
+    """`job` as it resumes after its worker died. Never raises: a journal
+    that cannot be read here leaves the job as it was, and the worker then
+    reports the journal's error as the run's end."""
+    spec = job.journal
+    if spec is None or spec.mode != "fork":
+        return job
+    from spearpy.journal import JournalError
+
+    try:
+        own = continued_fork(spec)
+    except (JournalError, OSError) as exc:
+        _log.warning("run %s: its fork's journal cannot be made whole to resume it: %s",
+                     job.key, exc)
+        return job
+    return job if own is None else dataclasses.replace(job, journal=own)
+
+
+def continued_fork(spec: JournalSpec) -> JournalSpec | None:
+    """The journal a fork (`spec`, mode "fork") that stopped goes on with:
+    its own (`spec.fork_into`, in record mode), holding every step up to
+    the fork point; None when it wrote no start record yet (fork again).
+    Only when no run holds the fork's journal (its writer died)."""
+    from spearpy.journal import JournalError
+
+    target = spec.fork_into
+    if target is None:
+        raise JournalError("a fork needs the journal to write (fork_into)")
+    store, journal_id = target.locate()
+    try:
+        info = store.info(journal_id)
+        if info is None:
+            return None
+        if not info.ended:
+            with store.open_writer(journal_id, sync=target.sync) as writer:
+                if writer.next_seq == 0:
+                    return None  # created, killed before its start record
+                _copy_until_fork(spec, writer)
+    finally:
+        store.close()
+    # An ended fork is refused by its resume with the journal's own words.
+    return dataclasses.replace(target, mode="record", until=None, fork_into=None)
+
+
+def _copy_until_fork(spec: JournalSpec, writer: StoreWriter) -> None:
+    """Copy the forked journal's steps the fork's journal lacks, up to the
+    fork point (`spec.until`; every step when None). The fork copied each
+    step as it replayed it, so its journal holds steps 1..k of the forked
+    one, seq for seq; the copy goes on from k + 1, as they were stored."""
+    from spearpy.journal import JournalCorrupt
+    from spearpy.journal.records import END, encode
+
+    first = writer.next_seq
+    if spec.until is not None and first > spec.until:
+        return  # it went live: its journal holds every step it forked
+    store, journal_id = spec.locate()
+    try:
+        for record in store.records(journal_id):
+            if record.seq < first or record.kind == END:
+                continue
+            if spec.until is not None and record.seq > spec.until:
+                break
+            if record.seq != writer.next_seq:
+                raise JournalCorrupt(f"journal {journal_id!r} step {record.seq} does not "
+                                     f"follow the fork's last step {writer.next_seq - 1}")
+            writer.append(record.seq, record.kind, encode(record))
+        writer.sync()
+    finally:
+        store.close()
+
+
+__all__ = ["continued_fork", "resumed_event", "resumed_job"]
