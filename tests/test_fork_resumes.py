@@ -18,6 +18,7 @@ which would start the fork's journal a second time and fail.
 from __future__ import annotations
 
 import os
+import sqlite3
 import signal
 import time
 from collections.abc import Iterator
@@ -230,4 +231,45 @@ def test_a_fork_whose_worker_process_dies_resumes_its_own_journal(
         kinds = [s["kind"] for s in _steps(client, fork)]
         assert kinds[0] == "start" and kinds[-1] == "end", kinds
         assert kinds.count("chat.completion") == len(MULTI_TOOL_MESSAGES), kinds
+        assert kinds[:at + 1] == [s["kind"] for s in _steps(client, original)][:at + 1]
+
+
+# ---- a fork cut before its fork point, resumed by a restarted service ---------------
+
+
+def test_a_restarted_service_resumes_a_fork_cut_short_in_its_replay(
+        tmp_path: Path, model: ScriptedServer) -> None:
+    host = HostConfig(base_url=model.base_url, model="m", api_key_env="", cache_dir=None,
+                      timeout=60)
+    config = ServeConfig(modules_dir=modules_dir(tmp_path), state_dir=tmp_path / "state",
+                         host=host, grace=0.5, journal=True)
+    with BackgroundServer(create_app(config), grace=0.5) as first, \
+            httpx.Client(base_url=first.url, timeout=PATIENCE_S) as client:
+        original = _finished(client, client.post("/v1/runs", json={
+            "module": "c_multi_tool"}).json()["id"])
+        at = [s["seq"] for s in _steps(client, original) if s["kind"] == "chat.completion"][1]
+        fork = client.post(original["urls"]["fork"], json={"at": at}).json()
+        _finished(client, fork["id"])
+    # What a service killed while the fork replayed its first steps leaves:
+    # the fork in progress, its journal holding its start and one copied step.
+    state = tmp_path / "state"
+    db = sqlite3.connect(state / "journals.sqlite3")
+    with db:
+        db.execute("DELETE FROM journal_steps WHERE journal_id=? AND seq>1", (fork["id"],))
+        db.execute("UPDATE journals SET ended=0 WHERE id=?", (fork["id"],))
+    db.close()
+    db = sqlite3.connect(state / "runs.sqlite3")
+    with db:
+        db.execute("UPDATE runs SET status='running' WHERE id=?", (fork["id"],))
+        db.execute("DELETE FROM events WHERE run_id=?", (fork["id"],))
+    db.close()
+    asked = len(model.requests)
+    with BackgroundServer(create_app(config), grace=0.5) as second, \
+            httpx.Client(base_url=second.url, timeout=PATIENCE_S) as client:
+        done = _finished(client, fork["id"])
+        assert (done["outcome"], done["exit_code"]) == ("exited", 0), done["message"]
+        assert done["stdout"] == original["stdout"]
+        # Up to the fork point from the forked run's journal: only after it asked.
+        assert _tool_messages(model, asked) == MULTI_TOOL_MESSAGES[2:]
+        kinds = [s["kind"] for s in _steps(client, done)]
         assert kinds[:at + 1] == [s["kind"] for s in _steps(client, original)][:at + 1]

@@ -9,7 +9,10 @@ so a client reconnecting with Last-Event-ID follows it on, and DELETE and
 the shutdown reach it. Then, as slots free up, it runs again from its
 journal, which answers everything the run was told before the crash: no
 completion or tool call it journaled is asked again, and its events go on
-from the last one stored (serve/seqs.py).
+from the last one stored (serve/seqs.py). A fork (serve/travel.py) resumes
+its own journal too, first given the forked run's steps up to its fork
+point that it had not copied yet (executors/resumes.py), so those are not
+asked live; a fork that wrote nothing yet is forked again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spearpy.durable import JournalSpec
 from spearpy.executors.base import RunJob
+from spearpy.executors.resumes import continued_fork
 from spearpy.outcome import Outcome, RunResult, exit_code_for
 from spearpy.serve.runs import JOURNALS, LiveRun, RunManager
 from spearpy.serve.seqs import MAX_KINDS, EventSeqs
@@ -120,7 +125,18 @@ class Resumer:
         # (replay_mismatch, naming step 0) rather than this guessing.
         self._runs.mark_resumed(live, "restart", message="the service restarted; the run "
                                 "goes on from its journal")
+        journal = await asyncio.to_thread(self._journal_of, live, request.get("origin"))
         job = RunJob(live.id, module.name, module.sha256, list(request.get("args", [])),
                      inputs.env, inputs.stdin, dict(request.get("limits", {})), model, backend,
-                     journal=live.journal)
+                     journal=journal)
         self._runs.submit(live, self._runs.executor.place(module), job, wasm, host, module)
+
+    def _journal_of(self, live: LiveRun, origin: dict[str, Any] | None) -> JournalSpec | None:
+        """The journal the run goes on with: its own; for a fork, its own
+        made whole up to the fork point, or the fork again."""
+        own = live.journal
+        if own is None or not origin or origin.get("mode") != "fork":
+            return own
+        forked = JournalSpec(self._runs.journal_store, journal_id=str(origin["run"]),
+                             mode="fork", until=origin.get("step"), fork_into=own)
+        return continued_fork(forked) or forked
