@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from spearpy.chat.protocol import CompletionResult, ToolOutcome, UpstreamError
+from spearpy.durable.golive import GoLiveHook, refusals
 from spearpy.durable.recording import RecordingMemory
 from spearpy.errors import HostInterrupt
 from spearpy.journal import JournalError, JournalFull, ReplayDiverged
@@ -58,12 +59,20 @@ class RunJournal:
         self._went_live = reader is None
         self._unsynced = False  # appended since the last sync
         # fd -> the replayed call that would have set it up (a mic's source, an
-        # rtasr connection): host state no answer rebuilds.
+        # rtasr connection): host state no answer rebuilds; its family's
+        # go-live hook must, or the run cannot go live.
         self._unbuilt: dict[int, str] = {}
+        self._at_go_live: list[GoLiveHook] = []  # the families that rebuild them
         self._refused_live = False  # it could not go live: not how its run ended
         self._digests = _RequestDigests()
 
     # ---- lifecycle ----------------------------------------------------------
+
+    def at_go_live(self, hook: GoLiveHook) -> None:
+        """`hook` rebuilds, when the run goes live, the host state of fds its
+        family set up from the journal (spearpy/durable/golive.py)."""
+        if hook not in self._at_go_live:
+            self._at_go_live.append(hook)
 
     def bind(self, run: RunContext) -> None:
         self._run = run
@@ -221,15 +230,12 @@ class RunJournal:
         self._live_since = time.monotonic()
         run = self._run
         if run is not None:
-            open_unbuilt = [f"fd {fd} ({call})" for fd, call in self._unbuilt.items()
-                            if run.fds.lookup(fd) is not None]
-            if open_unbuilt:
+            refused = refusals(run, self._at_go_live, self._unbuilt)
+            if refused:
                 self._refused_live = True
                 raise HostInterrupt(Outcome.REPLAY_MISMATCH, (
                     f"journal step {self.reader.next_seq if self.reader else 0}: the run cannot "
-                    f"go on live: {', '.join(open_unbuilt)} was set up from the journal, and "
-                    "a live audio source or connection cannot be resumed mid-stream "
-                    "(docs/durable.md); replay it instead"))
+                    f"go on live: {refused} (docs/durable.md); replay it instead"))
         if run is not None and run.config.timeout:
             left = max(run.config.timeout - self._elapsed_ms / 1000.0, 0.0)
             run.interrupts.deadline = self._live_since + left

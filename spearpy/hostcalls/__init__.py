@@ -9,6 +9,7 @@ and module loading read their signatures here.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from spearpy._native import I32, I64, HostFn, define_hostcall
@@ -65,16 +66,17 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
         "user_stream_ctl_open": call(0, outside=True),
         "user_stream_ctl_read": call(3, outside=True),
     }, lazy=True, on_run_start="start_streams", on_run_end="end_streams",
-        applies_to=_has_streams),
+        applies_to=_has_streams,
+        on_replayed="spearpy.hostcalls.streams_golive:stream_replayed"),
     HostcallFamily("mic", "spearpy.hostcalls.mic", {
         "mic_create": call(0), "mic_ctl": call(4, outside=True, sets_up_fd=True),
         "mic_read": call(3, outside=True), "mic_close": call(1),
-    }, lazy=True),
+    }, lazy=True, on_replayed="spearpy.hostcalls.audio_golive:mic_replayed"),
     HostcallFamily("rtasr", "spearpy.hostcalls.rtasr", {
         "rtasr_create": call(0), "rtasr_ctl": call(4, outside=True, sets_up_fd=True),
         "rtasr_write": call(3, outside=True), "rtasr_read": call(3, outside=True),
         "rtasr_close": call(1),
-    }, lazy=True),
+    }, lazy=True, on_replayed="spearpy.hostcalls.audio_golive:rtasr_replayed"),
 )
 
 
@@ -92,14 +94,22 @@ def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
     return first_call
 
 
-def _journaled(call: str, fn: HostFn, sets_up_fd: bool) -> HostFn:
-    """`fn`, answered from or recorded into the run's journal when it has one."""
+def _journaled(call: str, fn: HostFn, sets_up_fd: bool,
+               replayed: Callable[[], Callable[..., Any] | None] | None) -> HostFn:
+    """`fn`, answered from or recorded into the run's journal when it has one;
+    `replayed` finds the family's hook for an answer from the journal."""
+    name = call.partition(".")[2]
 
     def journaled(run: RunContext, *args: int) -> int | None:
         journal = run.journal
         if journal is None:
             return fn(run, *args)
-        return journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd)
+        from_journal = replayed is not None and journal.replaying
+        rc = journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd)
+        hook = replayed() if from_journal and replayed is not None else None
+        if hook is not None:
+            hook(run, name, args, rc)
+        return rc
 
     return journaled
 
@@ -107,7 +117,8 @@ def _journaled(call: str, fn: HostFn, sets_up_fd: bool) -> HostFn:
 def _implementation(family: HostcallFamily, name: str) -> HostFn:
     fn = _on_first_call(family, name) if family.lazy else family.function(name)
     hostcall = family.calls[name]
-    return _journaled(f"{family.name}.{name}", fn, hostcall.sets_up_fd) \
+    replayed = None if family.on_replayed is None else family.replay_hook
+    return _journaled(f"{family.name}.{name}", fn, hostcall.sets_up_fd, replayed) \
         if hostcall.journaled else fn
 
 

@@ -14,6 +14,12 @@ with the run's context when the run starts and ends, for the runs
 `applies_to` accepts (lazy families: only those, so their module is not
 imported for other runs). Per-run state of a family lives on the context
 (`RunContext.state(factory)`), never in a module global.
+
+Durable runs: `on_replayed` ("module:function") names the function called
+after each of the family's journaled calls answered from the journal, with
+`(run, import_name, args, rc)`: it makes the host state the call would have
+built (an fd opened, a source configured) that a resumed run needs once it
+goes live, and registers the family's go-live hook (durable/golive.py).
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ class Hostcall:
     # (cchat_send: each completion and tool result, by the driver).
     journaled_inside: bool = False
     # It sets up host state for the fd it names (a mic's source, an rtasr
-    # connection) that replaying its answer does not build: a resume cannot
-    # go live while that fd is open (docs/durable.md).
+    # connection) that replaying its answer does not build: its family's
+    # go-live hook rebuilds it, or the resume refuses to go live while that
+    # fd is open (docs/durable.md).
     sets_up_fd: bool = False
 
     @property
@@ -75,6 +82,7 @@ class HostcallFamily:
     on_error: int = abi.EIO
     on_run_start: str | None = None
     on_run_end: str | None = None
+    on_replayed: str | None = None  # see the module's docstring
     applies_to: Callable[[RunContext], bool] = field(default=lambda _run: True)
     # Imports it replaces in a module the engine also defines (WASI).
     shadows: bool = False
@@ -82,6 +90,14 @@ class HostcallFamily:
     def function(self, name: str) -> Callable[..., Any]:
         """The implementation of `name` (imports the module)."""
         fn: Callable[..., Any] = getattr(importlib.import_module(self.module), name)
+        return fn
+
+    def replay_hook(self) -> Callable[..., Any] | None:
+        """The `on_replayed` function (imports its module), or None."""
+        if self.on_replayed is None:
+            return None
+        module, _, name = self.on_replayed.partition(":")
+        fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return fn
 
     def outside_world(self) -> frozenset[str]:

@@ -31,6 +31,9 @@ from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 
 if TYPE_CHECKING:
+    from spearpy.audio.params import MicParams
+    from spearpy.audio.pump import Source
+    from spearpy.audio.userstream import StreamPuller
     from spearpy.context import RunContext
 
 MIC_CTL_SET_PARAM: Final = 1
@@ -64,6 +67,30 @@ def mic_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int) 
 
 
 def _set_param(run: RunContext, entry: MicFd, arg_ptr: int, arg_len_ptr: int) -> int:
+    configured = configure(run, entry, arg_ptr, arg_len_ptr)
+    if isinstance(configured, int):
+        return configured
+    params, queue = configured
+    generation = entry.restart(params.fmt, queue)
+    # Here, not at the top: the sources pull in numpy and soxr (~180 ms),
+    # which every run would pay at start-up (the hostcall table imports this
+    # module) though few guests open a microphone.
+    from spearpy.audio.select import SourceError
+
+    try:
+        source = open_for(run, params)
+    except SourceError as exc:
+        entry.fail_start(exc.message)
+        return exc.errno
+    attach_source(entry, source, generation, params.fmt.frame_ms)
+    return 0
+
+
+def configure(run: RunContext, entry: MicFd, arg_ptr: int,
+              arg_len_ptr: int) -> tuple[MicParams, int] | int:
+    """A set-param's params and queue size, or the errno that refuses them
+    (the part of a set-param that depends on the guest alone: a replay
+    makes it again, spearpy/hostcalls/audio_golive.py)."""
     length = run.memory.read_u32(arg_len_ptr)
     run.memory.check(arg_ptr, length)
     if length > MAX_MIC_PARAM_BYTES:
@@ -89,27 +116,29 @@ def _set_param(run: RunContext, entry: MicFd, arg_ptr: int, arg_len_ptr: int) ->
     asked = params.max_queue_bytes
     queue = min(entry.max_queue_bytes if asked is None else asked,
                 run.config.max_host_bytes // MAX_RUNNING_MICS)
-    generation = entry.restart(params.fmt, queue)
-    # Here, not at the top: the sources pull in numpy and soxr (~180 ms),
-    # which every run would pay at start-up (the hostcall table imports this
-    # module) though few guests open a microphone.
-    from spearpy.audio.select import SourceError, open_source
+    return params, queue
+
+
+def open_for(run: RunContext, params: MicParams) -> Source | StreamPuller:
+    """The source `params` name, opened for this run (SourceError if it cannot)."""
+    from spearpy.audio.select import open_source
+
+    return open_source(params, dirs=run.options.dirs, mic_file=run.config.mic_file,
+                       realtime=run.config.mic_pace == "realtime",
+                       streams=run.options.streams)
+
+
+def attach_source(entry: MicFd, source: Source | StreamPuller, generation: int,
+                  frame_ms: int) -> None:
+    """`source` feeds `entry` from now, for configuration `generation`."""
     from spearpy.audio.userstream import StreamPuller
 
-    try:
-        source = open_source(params, dirs=run.options.dirs, mic_file=run.config.mic_file,
-                             realtime=run.config.mic_pace == "realtime",
-                             streams=run.options.streams)
-    except SourceError as exc:
-        entry.fail_start(exc.message)
-        return exc.errno
     if isinstance(source, StreamPuller):
         entry.attach(source.name, puller=source)
     else:
-        pump = Pump(source, entry, generation, params.fmt.frame_ms)
+        pump = Pump(source, entry, generation, frame_ms)
         entry.attach(source.name, worker=pump)
         pump.start()
-    return 0
 
 
 def mic_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
@@ -123,7 +152,7 @@ def mic_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     seconds = fmt.seconds(len(frame)) if fmt is not None else 0.0
     budget = audio_budget(run)
     if not budget.charge(len(frame), seconds):
-        return _over_budget(run, fd, entry)
+        return over_budget(run, fd, entry)
     try:
         rc = run.memory.write_out(out_ptr, out_len_ptr, frame)
     except GuestFault:
@@ -135,7 +164,7 @@ def mic_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
     return rc
 
 
-def _over_budget(run: RunContext, fd: int, entry: MicFd) -> int:
+def over_budget(run: RunContext, fd: int, entry: MicFd) -> int:
     budget = audio_budget(run)
     limit = budget.exceeded or "max_audio_bytes"
     if entry.last_error is None:
@@ -148,3 +177,4 @@ def _over_budget(run: RunContext, fd: int, entry: MicFd) -> int:
 
 def mic_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", MicFd)
+

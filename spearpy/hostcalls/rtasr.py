@@ -81,7 +81,7 @@ def rtasr_ctl(run: RunContext, fd: int, cmd: int, arg_ptr: int, arg_len_ptr: int
     if cmd == GET_AUTOFLUSH:
         return _write_json(run, arg_ptr, arg_len_ptr, entry.segmentation.to_json())
     if cmd == CONNECT:
-        return _connect(run, entry)
+        return connect(run, entry)
     if cmd in (FLUSH, CLEAR):
         if entry.state == ERROR:
             return abi.EIO
@@ -164,7 +164,7 @@ def _set_param(run: RunContext, entry: RtAsrFd, value: Any, nbytes: int) -> int:
     return 0
 
 
-def _connect(run: RunContext, entry: RtAsrFd) -> int:
+def connect(run: RunContext, entry: RtAsrFd) -> int:
     if entry.state == ERROR:
         return abi.EIO
     if entry.worker is not None:
@@ -226,21 +226,21 @@ def rtasr_write(run: RunContext, fd: int, buf_ptr: int, length: int) -> int:
     if entry.send_queue_bytes + length > entry.max_send_queue_bytes:
         entry.want = length  # EPOLLOUT once this write fits
         return abi.EAGAIN  # only the connection's thread changes it meanwhile, downwards
-    if length and not _charge(run, fd, entry, length):
-        return _over_budget(run, fd, entry)
+    if length and not charge_audio(run, fd, entry, length):
+        return over_budget(run, fd, entry)
     if not entry.enqueue(run.memory.read(buf_ptr, length), audio=True):
         return abi.EAGAIN
     return length
 
 
-def _charge(run: RunContext, fd: int, entry: RtAsrFd, length: int) -> bool:
+def charge_audio(run: RunContext, fd: int, entry: RtAsrFd, length: int) -> bool:
     from spearpy.audio.budget import audio_budget
 
     rate = _uint(entry.params.get("sample_rate_hz")) or protocol.SAMPLE_RATE_HZ
     return audio_budget(run).charge(length, length / (rate * 2))
 
 
-def _over_budget(run: RunContext, fd: int, entry: RtAsrFd) -> int:
+def over_budget(run: RunContext, fd: int, entry: RtAsrFd) -> int:
     from spearpy.audio.budget import OVER_BUDGET, audio_budget
 
     budget = audio_budget(run)
@@ -271,3 +271,4 @@ def rtasr_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
 
 def rtasr_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", RtAsrFd)
+

@@ -177,9 +177,15 @@ def user_stream_close(run: RunContext, fd: int) -> int:
         return run.fds.close(fd)  # 0 if it was closed before, EBADF if never opened
     if isinstance(entry, UserStreamFd):
         run.events.emit(ev.STREAM_CLOSE, fd, **entry.summary("guest"))
-    elif not isinstance(entry, UserStreamCtlFd):
+    elif not isinstance(entry, UserStreamCtlFd) and not _is_replayed_stream(entry):
         return abi.EBADF
     return run.fds.close(fd)
+
+
+def _is_replayed_stream(entry: object) -> bool:
+    from spearpy.durable.golive import Unbuilt
+
+    return isinstance(entry, Unbuilt) and entry.call.startswith("user_streams.")
 
 
 def start_streams(run: RunContext) -> None:
@@ -204,3 +210,4 @@ def end_streams(run: RunContext) -> None:
         run.events.emit(ev.STREAM_SESSION, **session.summary(
             hub.channels_of(session), "close", "run_ended", False))
     _hub(run)
+

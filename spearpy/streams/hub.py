@@ -71,6 +71,9 @@ class StreamHub:
         self._idle_polls = 0
         self._probing = 0
         self.activity = 0  # frames the guest read or wrote (guest_acted)
+        # Streams a resumed run reopened from its journal, waiting for the
+        # client that reconnects (durable runs): connected by its session.
+        self._resumed: set[int] = set()
 
     # ---- wake-ups --------------------------------------------------------------
 
@@ -136,9 +139,15 @@ class StreamHub:
         self.changed()
         return session
 
-    def channel(self, stream_id: int) -> Channel | None:
+    def channel(self, stream_id: int, resumed: bool = False) -> Channel | None:
         """The current session's channel for `stream_id`, opened (INIT) if the
-        client has not used it yet; None when the session is at max_streams."""
+        client has not used it yet; None when the session is at max_streams.
+
+        `resumed`: a resumed run reopens a stream its journal says the guest
+        had (hostcalls/streams_golive.py). The guest was told long ago that
+        its client is there, so the session attached now, or the next one,
+        connects it at once, with no STREAM_CONNECTED: the guest can answer a
+        question it read before the crash to the client that reconnects."""
         with self._lock:
             channel = self._channels.get(stream_id)
             if channel is None:
@@ -147,6 +156,11 @@ class StreamHub:
                 channel = Channel(stream_id, self.limits, self, State.INIT)
                 self._channels[stream_id] = channel
                 self._listed = (*self._listed, channel)
+            if resumed and channel.state is State.INIT:
+                if self._session is not None:
+                    channel.state = State.CONNECTED
+                else:
+                    self._resumed.add(stream_id)
             return channel
 
     def open_ctl(self) -> CtlQueue:
@@ -210,6 +224,11 @@ class StreamHub:
                 raise StreamsUnavailable("this run takes no more client sessions")
             self._sessions += 1
             session = self._session = Session(self, self._sessions, client)
+            for stream_id in self._resumed:
+                channel = self._channels.get(stream_id)
+                if channel is not None and channel.state is State.INIT:
+                    channel.state = State.CONNECTED
+            self._resumed.clear()
             self.note(STREAM_SESSION, action="open", session=session.id, client=client)
         self.changed()
         return session

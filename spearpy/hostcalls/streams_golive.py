@@ -1,0 +1,98 @@
+"""User streams in durable runs (docs/durable.md).
+
+What a client sent and the guest read arrives through `user_stream_read`
+and `user_stream_ctl_read`, journaled like any answer from the world; what
+the guest wrote went to the client then and is not sent again. But
+`user_stream_open` and `user_stream_ctl_open` also open fds, and fd numbers
+are handed out in order and never reused: a replay that only returned
+their journaled answers would leave the table short, and every later fd
+(a mic, an epoll, a chat session) would get another number than the guest
+was told. So each open answered from the journal opens its fd again, at the
+number the journal holds:
+
+- on a run with a hub (a resume in `Host.run(streams=...)`, `spearpy
+  serve`), a real stream fd on the hub's channel for that id: a client that
+  connects, before or after the run goes live, reaches the resumed run;
+- on a run without one (a replay: no client needed), a placeholder
+  (`durable.golive.Unbuilt`); the run cannot go live while one is open, and
+  says so (the go-live hook below) instead of leaving the guest to wait on
+  a stream no client can reach.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spearpy.durable.golive import Rebuilt, Unbuilt
+from spearpy.errors import HostInterrupt
+from spearpy.fds.stream import UserStreamCtlFd, UserStreamFd
+from spearpy.observe import events as ev
+from spearpy.outcome import Outcome
+
+if TYPE_CHECKING:
+    from spearpy.context import RunContext
+    from spearpy.fds.base import Fd
+
+_FAMILY = "user_streams"
+
+
+def stream_replayed(run: RunContext, name: str, args: tuple[int, ...], rc: int | None) -> None:
+    if rc is None or rc < 0:
+        return
+    hub = run.options.streams
+    if name == "user_stream_ctl_open":
+        _open_as(run, UserStreamCtlFd(hub) if hub is not None else
+                 Unbuilt(f"{_FAMILY}.{name}"), rc, name)
+    elif name == "user_stream_open":
+        stream_id, direction = args[0] & 0xFFFFFFFF, args[1]
+        channel = hub.channel(stream_id, resumed=True) if hub is not None else None
+        if hub is not None and channel is None:
+            raise _mismatch(run, f"user_stream_open of stream {stream_id}: the client session "
+                                 "has no room for another stream now")
+        if hub is None or channel is None:
+            _open_as(run, Unbuilt(f"{_FAMILY}.{name}"), rc, name)
+        else:
+            entry = UserStreamFd(hub, channel, direction)
+            _open_as(run, entry, rc, name)
+            run.events.emit(ev.STREAM_OPEN, rc, stream_id=stream_id,
+                            direction=entry.direction_name)
+    elif name == "user_stream_read":
+        stream = run.fds.get(args[0], UserStreamFd)
+        if stream is not None:  # the counters its stream_close event reports
+            stream.frames_read += 1
+            stream.bytes_read += rc
+    elif name == "user_stream_write":
+        stream = run.fds.get(args[0], UserStreamFd)
+        if stream is not None:
+            stream.frames_written += 1
+            stream.bytes_written += args[2]
+
+
+def _open_as(run: RunContext, entry: Fd, fd: int, name: str) -> None:
+    """`entry` in the table at `fd`, the number the journaled run got."""
+    got = run.fds.open(entry)
+    if got != fd:
+        if got >= 0:
+            run.fds.discard(got)
+        entry.close()
+        raise _mismatch(run, f"{name} opened fd {fd} in the journaled run, fd {got} now")
+    assert run.journal is not None
+    run.journal.at_go_live(_streams_go_live)
+
+
+def _mismatch(run: RunContext, what: str) -> HostInterrupt:
+    reader = run.journal.reader if run.journal is not None else None
+    step = reader.next_seq - 1 if reader is not None else 0
+    return HostInterrupt(Outcome.REPLAY_MISMATCH, f"journal step {step}: {what}")
+
+
+def _streams_go_live(run: RunContext) -> Rebuilt:
+    done = Rebuilt()
+    for fd, entry in run.fds.entries():
+        if isinstance(entry, Unbuilt) and entry.call.startswith(f"{_FAMILY}."):
+            done.handled.add(fd)
+            done.refused.append(
+                f"fd {fd} ({entry.call}) was opened from the journal and this run has no "
+                "user streams for a client to reach it by: resume it with streams "
+                "(Host.run(streams=...), --stream-stdio, spearpy serve)")
+    return done
