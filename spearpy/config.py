@@ -124,6 +124,10 @@ class HostConfig(BaseSettings):
     max_iterations_cap: int = Field(128, ge=1, le=128)
     max_tool_calls_cap: int = Field(10000, ge=0, le=10000)
     max_tool_output_bytes_cap: ByteCount = Field(1 << 20, ge=1, le=1 << 20)
+    # Tool calls of one reply run at once (MCP and Python tools; the guest's
+    # stay on its thread): the default and the cap of the session param
+    # `max_parallel_tools`, and a run limit. 1 runs them one after another.
+    max_parallel_tools: int = Field(8, ge=1, le=64)
 
     # Guest limits.
     timeout: float | None = Field(None, gt=0)  # wall clock for the whole run, seconds

@@ -87,7 +87,7 @@ class RunOptions:
 
 # The HostConfig fields one run may override (`Host.run(limits={...})`).
 RUN_LIMITS = frozenset({"timeout", "tool_timeout", "fuel", "max_memory", "max_open_fds",
-                        "max_log_bytes", "max_host_bytes"})
+                        "max_log_bytes", "max_host_bytes", "max_parallel_tools"})
 
 
 def run_config(config: HostConfig, limits: dict[str, Any] | None) -> HostConfig:

@@ -132,6 +132,43 @@ def _tool_calls(kit: Kit, limit: int, size: int) -> bool:
     return True
 
 
+def _parallel_tools(kit: Kit, limit: int, size: int) -> bool:
+    """A reply of `size` calls of a Python tool that waits (5 s at most)
+    until all of them run at once, on a host allowing `limit` at once."""
+    import threading
+
+    from spearpy.tools.python import PythonTools
+
+    cond = threading.Condition()
+    seen = {"active": 0, "most": 0, "all": False}
+
+    def wait_all() -> str:
+        with cond:
+            seen["active"] += 1
+            seen["most"] = max(seen["most"], seen["active"])
+            seen["all"] = seen["all"] or seen["active"] >= size
+            cond.notify_all()
+            cond.wait_for(lambda: bool(seen["all"]), 5.0)
+            seen["active"] -= 1
+        return "ok"
+
+    tools = PythonTools()
+    tools.add(wait_all)
+    script = {"rules": [{"when": {"no_tool_message": True}, "reply": {"tool_calls": [
+        {"name": "wait_all", "arguments": {}} for _ in range(size)]}}],
+        "default": {"content": "done"}}
+    server = kit.scripted(script)
+    p = kit.probe(base_url=server.base_url, python_tools=tools, max_parallel_tools=limit)
+    fd = int(p.hc("cchat_create"))
+    assert p.write_msg(fd, "user", "go") == 0
+    body = p.recv_json(p.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
+    assert body["_spear"]["tool_calls"] == size, body
+    if seen["most"] == size:
+        return True
+    assert seen["most"] == limit, seen
+    return False
+
+
 # ---- run limits: hostcalls of a live guest ----------------------------------------------
 
 def _ends_run(call: Callable[[], int], outcome: str, p: Probe) -> bool:
@@ -308,6 +345,7 @@ EDGES = [
     Edge("max_tool_output_bytes (tool arena)", 20_000, _tool_output(arena=True)),
     Edge("max_iterations", 3, _iterations),
     Edge("max_total_tool_calls", 3, _tool_calls),
+    Edge("max_parallel_tools", 3, _parallel_tools),
     Edge("max_host_bytes", 1 << 20, _host_bytes),
     Edge("max_log_bytes", 1000, _log_bytes),
     Edge("MAX_LOG_LEN (one log call)", abi.MAX_LOG_LEN, _einval_above(_log_call)),

@@ -34,6 +34,7 @@ from spearpy.chat.normalize import bad_response_reason, first_message
 from spearpy.chat.protocol import (
     Action,
     CallTool,
+    CallTools,
     Complete,
     CompletionResult,
     Done,
@@ -47,7 +48,7 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.chat.registry import ALLOW, DENY
+from spearpy.chat.registry import ALLOW, DENY, Tool
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
 from spearpy.chat.states import (
     LoopEvent,
@@ -82,10 +83,11 @@ class ToolLoop:
         # may test the list itself; it is empty on almost every step).
         self.notes: list[LoopNote] = []
         self._queue: deque[ToolCall] = deque()  # head = the call being answered
-        self._awaiting: Complete | CallTool | None = None
+        self._awaiting: Complete | CallTool | CallTools | None = None
         self._final: Done | Failed | None = None
         self._cache: dict[tuple[str, str], str] = {}
         self._in_flight_key: tuple[str, str] | None = None
+        self._batch_keys: list[tuple[str, str] | None] = []  # a CallTools' calls'
         # The reply whose calls are being answered (its body ends a held send),
         # and the calls the guest approved by sending AUTO with them pending.
         self._reply: tuple[JSONDict, JSONDict] | None = None
@@ -185,11 +187,47 @@ class ToolLoop:
             self.session.answer(call.id, self._tool_content(outcome))
         return self.next_action() if advance else None
 
-    def interrupt(self, code: str, message: str) -> Failed:
-        """End the send now (deadline, cancel); every pending call gets this error."""
+    @overload
+    def on_tool_results(self, outcomes: list[ToolOutcome],
+                        advance: Literal[False] = False) -> None: ...
+
+    @overload
+    def on_tool_results(self, outcomes: list[ToolOutcome], advance: Literal[True]) -> Action: ...
+
+    def on_tool_results(self, outcomes: list[ToolOutcome],
+                        advance: bool = False) -> Action | None:
+        """Feed the outstanding CallTools' outcomes, in its calls' order; with
+        `advance`, return next_action()."""
+        action = self._awaiting
+        if not isinstance(action, CallTools) or len(outcomes) != len(action.calls):
+            self._misuse("on_tool_results() does not answer the outstanding CallTools")
+        self._awaiting = None
+        for outcome, key in zip(outcomes, self._batch_keys, strict=True):
+            call = self._queue.popleft()
+            self._in_flight_key = key
+            self.session.answer(call.id, self._tool_content(outcome))
+        self._batch_keys = []
+        return self.next_action() if advance else None
+
+    def interrupt(self, code: str, message: str,
+                  done: dict[str, ToolOutcome] | None = None) -> Failed:
+        """End the send now (deadline, cancel); every pending call gets this
+        error, but the calls of an outstanding CallTools that ended (`done`,
+        by call id), which get their outcomes."""
         if self._final is not None:
             raise LoopProtocolError("interrupt() after the send ended")
-        self._awaiting = None
+        action, self._awaiting = self._awaiting, None
+        if isinstance(action, CallTools) and done:
+            for admitted, key in zip(action.calls, self._batch_keys, strict=True):
+                outcome = done.get(admitted.call.id)
+                if outcome is not None:
+                    self._in_flight_key = key
+                    self.session.answer(admitted.call.id, self._tool_content(outcome))
+                else:
+                    self.session.answer(admitted.call.id, tool_error_content(code, message))
+                    self.notes.append(ToolSkipped(call=admitted.call, code=code,
+                                                  message=message))
+        self._batch_keys = []
         self._queue.clear()
         for call in self.session.answer_pending(code, message):
             self.notes.append(ToolSkipped(call=call, code=code, message=message))
@@ -238,7 +276,7 @@ class ToolLoop:
         self._queue.extend(calls)
         self.state = next_state(self.state, _CALLS_RECEIVED)
 
-    def _advance_calls(self) -> CallTool | None:
+    def _advance_calls(self) -> CallTool | CallTools | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
         limits = self.limits
         while self._queue:
@@ -280,12 +318,60 @@ class ToolLoop:
                 )
                 return None
             stats.tool_calls += 1
-            self._in_flight_key = key
             action = CallTool(call, tool, call.arguments)
+            if limits.max_parallel_tools > 1 and len(self._queue) > 1:
+                batch = self._batch(action, key)
+                if batch is not None:
+                    self._awaiting = batch
+                    return batch
+            self._in_flight_key = key
             self._awaiting = action
             return action
         self.state = next_state(self.state, _CALLS_ANSWERED)
         return None
+
+    def _batch(self, first: CallTool, key: tuple[str, str] | None) -> CallTools | None:
+        """`first` and the calls after it that would run with nothing to
+        decide first, as one CallTools (None: `first` runs alone). Admission
+        ends at the first call that would not simply run: a held, denied,
+        unknown, invalid or cached call, one whose result a call of the batch
+        would cache, or the max_total_tool_calls limit; that call is decided
+        once the batch is answered, as if the calls had run one by one."""
+        calls, keys = [first], [key]
+        limits, stats = self.limits, self.stats
+        for index in range(1, len(self._queue)):
+            if stats.tool_calls >= limits.max_total_tool_calls:
+                break
+            call = self._queue[index]
+            admitted = self._runnable(call, keys)
+            if admitted is None:
+                break
+            stats.tool_calls += 1
+            calls.append(CallTool(call, admitted[0], call.arguments))
+            keys.append(admitted[1])
+        if len(calls) == 1:
+            return None
+        self._batch_keys = keys
+        return CallTools(calls)
+
+    def _runnable(self, call: ToolCall, keys: list[tuple[str, str] | None],
+                  ) -> tuple[Tool, tuple[str, str] | None] | None:
+        """`call`'s tool and cache key when it would run as it is (no skip,
+        no hold, no cache hit), else None; changes nothing."""
+        tool = self._tools.get(call.name)
+        if tool is None or tool.approval == DENY or \
+                (tool.approval != ALLOW and call.id not in self._approved):
+            return None
+        limits = self.limits
+        parsed, problem = check_arguments(tool, call.arguments, limits.validate_tool_args)
+        if problem is not None:
+            return None
+        key: tuple[str, str] | None = None
+        if limits.cache_tool_results:
+            key = cache_key(call.name, parsed)
+            if key in self._cache or key in keys:
+                return None
+        return tool, key
 
     def _next_completion(self) -> Complete:
         """The next completion: the transcript as it stands, the tools on offer."""
@@ -354,6 +440,7 @@ class ToolLoop:
     def _misuse(self, message: str) -> NoReturn:
         if self._final is None:
             self._awaiting = None
+            self._batch_keys = []
             self._queue.clear()
             self.session.answer_pending(INTERNAL_ERROR, "the host aborted the send")
             self._fail(INTERNAL_ERROR, message)

@@ -83,6 +83,7 @@ HOST_KEYS: Final = frozenset(
         "max_total_tokens",
         "cache_tool_results",
         "validate_tool_args",
+        "max_parallel_tools",
         # SPEAR passes a guest's `stream: true` upstream; here the host streams
         # (token events) and the guest still gets the assembled body.
         "stream",
@@ -102,6 +103,10 @@ def _is_int(value: object) -> bool:
 
 def _non_negative_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _u32(value: object) -> bool:
@@ -150,6 +155,7 @@ _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
     "max_total_tokens": _non_negative_int,
     "cache_tool_results": _bool,
     "validate_tool_args": _bool,
+    "max_parallel_tools": _positive_int,
     "stream": _bool,
     "temperature": _finite_number,
     "top_p": _finite_number,
@@ -224,8 +230,11 @@ def _int_param(params: Mapping[str, Any], key: str, default: int, cap: int) -> i
     return min(default, cap)
 
 
-def resolve_limits(params: Mapping[str, Any], policy: LimitPolicy) -> LoopLimits:
-    """The effective limits of one send: session params over host defaults, capped."""
+def resolve_limits(params: Mapping[str, Any], policy: LimitPolicy,
+                   max_parallel_tools: int = 1) -> LoopLimits:
+    """The effective limits of one send: session params over host defaults,
+    capped. `max_parallel_tools` is the run's (HostConfig, a run's limits):
+    a session may lower it, never raise it."""
     tool_calls_key = "max_total_tool_calls"
     if params.get(tool_calls_key) is None and params.get("max_tool_calls") is not None:
         tool_calls_key = "max_tool_calls"
@@ -257,7 +266,15 @@ def resolve_limits(params: Mapping[str, Any], policy: LimitPolicy) -> LoopLimits
         strict_tools=flag("strict_tools", policy.default_strict_tools),
         cache_tool_results=flag("cache_tool_results", policy.default_cache_tool_results),
         validate_tool_args=flag("validate_tool_args", policy.default_validate_tool_args),
+        max_parallel_tools=_parallel(params.get("max_parallel_tools"), max_parallel_tools),
     )
+
+
+def _parallel(value: object, host: int) -> int:
+    host = max(host, 1)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return min(value, host)
+    return host
 
 
 __all__ = [

@@ -82,6 +82,17 @@ class CallTool:
     arguments: str  # validated JSON text handed to the source
 
 
+@dataclass(slots=True)
+class CallTools:
+    """Calls of one reply the driver may run at once (at most
+    `LoopLimits.max_parallel_tools` of the non-guest ones at a time; the
+    guest's in this order on its own thread). Every call was admitted as a
+    lone CallTool would be; `on_tool_results` takes their outcomes in this
+    order."""
+
+    calls: list[CallTool]
+
+
 @dataclass(frozen=True, slots=True)
 class Done:
     body: JSONDict
@@ -92,7 +103,7 @@ class Failed:
     body: JSONDict  # {"error": {"code", "message"}, "_spear": {...}}
 
 
-Action: TypeAlias = Complete | CallTool | Done | Failed
+Action: TypeAlias = Complete | CallTool | CallTools | Done | Failed
 
 
 # ---- where tools come from -----------------------------------------------------
@@ -200,6 +211,9 @@ class LoopLimits:
     strict_tools: bool = False
     cache_tool_results: bool = False
     validate_tool_args: bool = True
+    # Calls of one reply run at once (1: one after another, as a loop built
+    # without it always does; the driver's default comes from the host).
+    max_parallel_tools: int = 1
 
 
 @dataclass(slots=True)

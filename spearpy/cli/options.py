@@ -66,6 +66,8 @@ _HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-retries", {"type": int, "help": "retries of a failed upstream request [2]"}),
     ("--max-iterations", {"type": int, "help": "default completions per auto send [8]"}),
     ("--max-tool-calls", {"type": int, "help": "default tool executions per auto send [32]"}),
+    ("--max-parallel-tools", {"type": int, "help": "tool calls of one reply run at once "
+                                                   "(MCP, Python tools) [8]; 1: one by one"}),
     ("--max-tool-output-bytes", {"type": BYTES,
                                  "help": "default largest tool output [64KiB]"}),
     ("--timeout", {"type": float, "help": "wall-clock deadline of the whole run, seconds"}),

@@ -10,6 +10,10 @@ cancel pays for none):
     journal       answered from the run's journal, or recorded into it
     cancel        the upstream request waited for on a worker, cut short
                   by a cancel from another thread (upstream.py)
+
+`call_tools(batch, limit)` runs the calls of one reply at once
+(parallel.py) from the same pieces: the source's call alone on workers, the
+events and the journal around it on the guest's thread.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from spearpy import abi
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.router import route_record
 from spearpy.chat.normalize import first_message
-from spearpy.chat.protocol import CallBudget, CallTool, Complete, ToolOutcome
+from spearpy.chat.protocol import CallBudget, CallTool, CallTools, Complete, ToolOutcome
 from spearpy.driver import upstream
 from spearpy.observe import events as ev
 from spearpy.observe import fields
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
     from spearpy.backends.base import Backend
     from spearpy.chat.protocol import CompletionResult
     from spearpy.context import RunContext
+    from spearpy.driver.parallel import BatchCalls, Ended, Started
+    from spearpy.interrupts import Reason
 
 CompleteFn = Callable[[CompletionRequest, int], "CompletionResult | None"]
 ToolFn = Callable[[CallTool], ToolOutcome]
@@ -54,14 +60,19 @@ class SendCalls:
         complete = _plain_complete(backend)
         if run.options.cancel is not None:
             complete = _cancellable(backend, run)
-        call = _plain_call(budget)
+        call = plain = _plain_call(budget)
         if run.journal is not None:
             complete, call = _journaled_complete(run, complete), _journaled_call(run, call)
+        unobserved = call
         self.observed = bool(run.events.sinks)
+        events: tuple[Started, Ended] | None = None
         if self.observed:
             complete = _observed_complete(run, fd, backend, complete)
-            call = _observed_call(run, fd, call, iterations)
+            events = _tool_events(run, fd, iterations)
+            call = _observed_call(call, *events)
         self._complete = complete
+        self._pieces = (plain, unobserved, events)
+        self._batch: BatchCalls | None = None
         # A send with no layer calls the backend itself (two Python calls
         # fewer per completion: ~2 % of a P5 iteration).
         layered = run.options.cancel is not None or run.journal is not None or self.observed
@@ -84,6 +95,20 @@ class SendCalls:
         if self._direct is not None:
             return self._direct(request)
         return self._complete(request, action.iteration)
+
+    def call_tools(self, batch: CallTools, limit: int,
+                   ) -> tuple[list[ToolOutcome | None], Reason | None]:
+        """The outcomes of a reply's calls run at once, at most `limit` of the
+        non-guest ones at a time, and what ended the run if something did."""
+        runner = self._batch
+        if runner is None:
+            from spearpy.driver.parallel import BatchCalls
+
+            plain, guest, events = self._pieces
+            started, ended = events if events is not None else (None, None)
+            runner = self._batch = BatchCalls(self._run, serial=self.call_tool, plain=plain,
+                                              guest=guest, started=started, ended=ended)
+        return runner.run(batch, limit)
 
 
 def _forwarded(params: dict[str, Any]) -> dict[str, Any]:
@@ -187,25 +212,40 @@ def _observed_complete(run: RunContext, fd: int, backend: Backend,
     return complete
 
 
-def _observed_call(run: RunContext, fd: int, inner: ToolFn,
-                   iterations: Callable[[], int]) -> ToolFn:
+def _tool_events(run: RunContext, fd: int,
+                 iterations: Callable[[], int]) -> tuple[Started, Ended]:
+    """TOOL_START and TOOL_END of a call that runs; `parallel`: the calls of
+    its batch (a call run alone, 1, has no such field)."""
     events = run.events
 
-    def call(action: CallTool) -> ToolOutcome:
-        tool, name = action.tool, action.call.name
-        kind = tool.source.kind if tool.source is not None else None
-        iteration = iterations()
+    def started(action: CallTool, parallel: int) -> None:
+        tool = action.tool
+        extra = {"parallel": parallel} if parallel > 1 else {}
         events.emit(ev.TOOL_START, fd, content={"arguments": action.arguments},
-                    **fields.tool_start(action.call.id, name, action.arguments,
-                                        iteration=iteration, executed=True, source=kind,
-                                        server=tool.origin))
-        outcome = inner(action)
+                    **fields.tool_start(action.call.id, action.call.name, action.arguments,
+                                        iteration=iterations(), executed=True,
+                                        source=tool.source.kind if tool.source else None,
+                                        server=tool.origin), **extra)
+
+    def ended(action: CallTool, outcome: ToolOutcome, parallel: int) -> None:
+        tool = action.tool
+        extra = {"parallel": parallel} if parallel > 1 else {}
         events.emit(ev.TOOL_END, fd, content={"output": outcome.output},
-                    **fields.tool_end(action.call.id, name, iteration=iteration,
+                    **fields.tool_end(action.call.id, action.call.name, iteration=iterations(),
                                       executed=True, registered=True, rc=outcome.rc,
                                       duration_ms=outcome.duration_ms, output=outcome.output,
-                                      error=outcome.error_code, source=kind,
-                                      server=tool.origin))
+                                      error=outcome.error_code,
+                                      source=tool.source.kind if tool.source else None,
+                                      server=tool.origin), **extra)
+
+    return started, ended
+
+
+def _observed_call(inner: ToolFn, started: Started, ended: Ended) -> ToolFn:
+    def call(action: CallTool) -> ToolOutcome:
+        started(action, 1)
+        outcome = inner(action)
+        ended(action, outcome, 1)
         return outcome
 
     return call

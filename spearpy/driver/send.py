@@ -14,10 +14,12 @@ from spearpy.chat.params import resolve_limits
 from spearpy.chat.protocol import (
     CallBudget,
     CallTool,
+    CallTools,
     Complete,
     Failed,
     LimitHit,
     LoopNote,
+    ToolOutcome,
     ToolSkipped,
 )
 from spearpy.driver.calls import SendCalls
@@ -90,7 +92,7 @@ def run_send(run: RunContext, session: ChatSession, flags: int) -> ChatResponse:
         session, run.options.task, deadline=stops.effective_deadline(),
         cancel=stops.cancel_event, on_failure=lambda server, why: run.events.emit(
             ev.SOURCE_UNAVAILABLE, fd, source="mcp", server=server, reason=why))
-    limits = resolve_limits(params, run.services.limit_policy)
+    limits = resolve_limits(params, run.services.limit_policy, run.config.max_parallel_tools)
     journal = run.journal
     loop = ToolLoop(session, limits, auto=auto, backend=backend.name, model=model,
                     metrics_enabled=bool(flags & abi.SEND_ENABLE_METRICS),
@@ -113,6 +115,18 @@ def run_send(run: RunContext, session: ChatSession, flags: int) -> ChatResponse:
                 action = _interrupt(run, fd, loop, reason)
                 break
             action = loop.on_tool_result(action.call.id, calls.call_tool(action), True)
+        elif isinstance(action, CallTools):
+            if (reason := stops.run_reason()) is not None:
+                action = _interrupt(run, fd, loop, reason)
+                break
+            outcomes, reason = calls.call_tools(action, limits.max_parallel_tools)
+            if reason is not None:
+                done = {admitted.call.id: outcome
+                        for admitted, outcome in zip(action.calls, outcomes, strict=True)
+                        if outcome is not None}
+                action = _interrupt(run, fd, loop, reason, done)
+                break
+            action = loop.on_tool_results([out for out in outcomes if out is not None], True)
         elif isinstance(action, Complete):
             if (reason := stops.run_reason()) is not None:
                 action = _interrupt(run, fd, loop, reason)
@@ -167,9 +181,11 @@ class _SessionCharge:
                 pass  # noted on the run: the send ends at its next check
 
 
-def _interrupt(run: RunContext, fd: int, loop: ToolLoop, reason: tuple[str, str]) -> Failed:
-    """End the send for what ends the run; its skipped calls get their events."""
-    failed = loop.interrupt(reason[0], reason[1])
+def _interrupt(run: RunContext, fd: int, loop: ToolLoop, reason: tuple[str, str],
+               done: dict[str, ToolOutcome] | None = None) -> Failed:
+    """End the send for what ends the run; its skipped calls get their events
+    (`done`: the outcomes of the calls of a batch that ended before it)."""
+    failed = loop.interrupt(reason[0], reason[1], done)
     _emit_notes(run, fd, loop.drain_notes(), loop.stats.iterations)
     return failed
 

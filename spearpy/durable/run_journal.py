@@ -193,6 +193,18 @@ class RunJournal:
         self._stop_if_replay_only("guest_tool.output")
         self._append("guest_tool.output", request, answer)
 
+    def live_batch(self) -> bool:
+        """Whether the calls of one reply may run at once (driver/parallel.py):
+        the journal has nothing left to serve and live steps are written, so
+        the run goes live here, as its first live call would. Else the calls
+        are asked one by one, each answered, checked or refused as ever. The
+        batch's outcomes are then recorded with `tool` / `guest_tool` in the
+        model's order, so a batch replays like calls made one by one."""
+        if self.replaying or self.writer is None:
+            return False
+        self._go_live()
+        return True
+
     # ---- replaying and recording ------------------------------------------------
 
     def _replayed(self, kind: str, request: Any) -> dict[str, Any] | None:

@@ -1,0 +1,227 @@
+"""The calls of one reply run at once (the loop's CallTools).
+
+Calls to sources that can run concurrently (MCP servers, Python tools) go to
+worker threads, at most `max_parallel_tools` at a time; the guest's calls
+stay on the guest's thread (the one running the send), in the model's order,
+while the others run. Only that thread emits events and touches the
+journal: a worker runs the source's call and nothing else, then wakes the
+run's waker.
+
+A cancel or the run's deadline ends the wait at once: the calls still
+running are abandoned (an MCP call sees the same cancel event and deadline
+and ends on its own; a Python function cannot be stopped and finishes on its
+worker, its result dropped) and the loop answers them with the interrupt's
+error.
+
+A journaled run records the batch in the model's order, so its journal reads
+as if the calls had run one by one (journals written before batches were
+exactly that): the non-guest calls before a guest call are waited for and
+recorded before the guest call runs (its hostcalls and output follow them,
+as they did), and a batch the journal still answers is answered call by
+call, in order, with no thread at all.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spearpy import abi
+from spearpy.chat.protocol import CallTool, CallTools, ToolOutcome
+from spearpy.driver.upstream import _Workers
+
+if TYPE_CHECKING:
+    from spearpy.context import RunContext
+    from spearpy.interrupts import Reason
+
+ToolFn = Callable[[CallTool], ToolOutcome]
+# (action, calls in its batch) -> None: TOOL_START, and TOOL_END with the outcome
+Started = Callable[[CallTool, int], None]
+Ended = Callable[[CallTool, ToolOutcome, int], None]
+
+# One set of reusable daemon workers for every send of the process: a batch
+# hands each call to a waiting worker (~45 us) rather than starting a thread.
+_WORKERS = _Workers()
+os.register_at_fork(after_in_child=_WORKERS.forget)
+
+
+class BatchCalls:
+    """How a send runs a CallTools. `serial`: one call with every layer (the
+    journal's replay, events); `plain`: the source's call alone (a worker's
+    job); `started`/`ended`: the events around a call (None: nobody
+    observes the run); `guest`: a guest call with the journal's check but no
+    events."""
+
+    __slots__ = ("_ended", "_guest", "_plain", "_run", "_serial", "_started")
+
+    def __init__(self, run: RunContext, *, serial: ToolFn, plain: ToolFn, guest: ToolFn,
+                 started: Started | None, ended: Ended | None) -> None:
+        self._run = run
+        self._serial, self._plain, self._guest = serial, plain, guest
+        self._started, self._ended = started, ended
+
+    def run(self, batch: CallTools, limit: int,
+            ) -> tuple[list[ToolOutcome | None], Reason | None]:
+        """Each call's outcome, in the batch's order, and what ended the run
+        if something did (then a call it cut short has None)."""
+        journal = self._run.journal
+        if journal is not None and not journal.live_batch():
+            return self._one_by_one(batch)
+        return _Batch(self, batch, max(limit, 1)).run()
+
+    def _one_by_one(self, batch: CallTools,
+                    ) -> tuple[list[ToolOutcome | None], Reason | None]:
+        outcomes: list[ToolOutcome | None] = [None] * len(batch.calls)
+        stops = self._run.interrupts
+        for index, action in enumerate(batch.calls):
+            if (reason := stops.run_reason()) is not None:
+                return outcomes, reason
+            outcomes[index] = self._serial(action)
+        return outcomes, None
+
+
+class _Batch:
+    """One CallTools in progress, driven from the guest's thread."""
+
+    def __init__(self, calls: BatchCalls, batch: CallTools, limit: int) -> None:
+        self._calls = calls
+        self._actions = batch.calls
+        self._size = len(batch.calls)
+        self._limit = limit
+        run = calls._run
+        self._stops = run.interrupts
+        self._journal = run.journal
+        self.outcomes: list[ToolOutcome | None] = [None] * self._size
+        self._results: list[ToolOutcome | None] = [None] * self._size
+        self._finished: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._waiting: deque[int] = deque()  # non-guest calls not started yet
+        self._running = 0
+        self._started: list[int] = []  # non-guest calls handed to a worker
+        self._recorded = 0  # calls before this index are in the journal
+
+    def run(self) -> tuple[list[ToolOutcome | None], Reason | None]:
+        calls = self._calls
+        for index, action in enumerate(self._actions):
+            source = action.tool.source
+            if source is None or source.kind != "guest":
+                self._waiting.append(index)
+                self._fill()
+                continue
+            if self._journal is not None:
+                # Recorded in the model's order: what came before is first.
+                reason = self._drain()
+                if reason is not None:
+                    return self.outcomes, reason
+                self._record(index)
+            else:
+                self._collect()
+            if (reason := self._stops.run_reason()) is not None:
+                self._cut_short(reason)
+                return self.outcomes, reason
+            if calls._started is not None:
+                calls._started(action, self._size)
+            outcome = calls._guest(action)
+            if calls._ended is not None:
+                calls._ended(action, outcome, self._size)
+            self.outcomes[index] = outcome
+            if self._journal is not None:
+                self._recorded = index + 1
+        reason = self._drain()
+        if reason is None and self._journal is not None:
+            self._record(self._size)
+        return self.outcomes, reason
+
+    # ---- the non-guest calls ---------------------------------------------------
+
+    def _fill(self) -> None:
+        """Start waiting calls while fewer than the limit run."""
+        while self._waiting and self._running < self._limit:
+            index = self._waiting.popleft()
+            action = self._actions[index]
+            if self._calls._started is not None:
+                self._calls._started(action, self._size)
+            self._running += 1
+            self._started.append(index)
+            _WORKERS.submit(self._job(index, action))
+
+    def _job(self, index: int, action: CallTool) -> Callable[[], None]:
+        plain, results, finished = self._calls._plain, self._results, self._finished
+        waker = self._stops.waker
+
+        def job() -> None:
+            try:
+                outcome = plain(action)
+            except BaseException as exc:  # a source must not raise; if one does, the model reads it
+                outcome = ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
+                                      error_message=f"{type(exc).__name__}: {exc}"[:500])
+            results[index] = outcome
+            finished.put(index)
+            waker.wake()
+
+        return job
+
+    def _collect(self) -> None:
+        """Take the outcomes of calls that ended; start the next ones."""
+        finished = self._finished
+        while not finished.empty():
+            index = finished.get()
+            self._running -= 1
+            outcome = self._results[index]
+            assert outcome is not None  # set before its index is put
+            self.outcomes[index] = outcome
+            if self._calls._ended is not None:
+                self._calls._ended(self._actions[index], outcome, self._size)
+        self._fill()
+
+    def _drain(self) -> Reason | None:
+        """Wait for every started and waiting call; what ended the run, if
+        something did first."""
+        stops, finished = self._stops, self._finished
+        while self._running or self._waiting:
+            stops.waker.wait_until(
+                lambda: not finished.empty() or stops.run_reason() is not None,
+                stops.deadline)
+            reason = stops.run_reason()
+            if reason is not None:
+                self._cut_short(reason)
+                return reason
+            self._collect()
+        return None
+
+    def _cut_short(self, reason: Reason) -> None:
+        """On the way out: keep what ended, start nothing more, and end each
+        call still running with the interrupt's error (its TOOL_END now; its
+        worker's result, whenever it comes, is dropped). The calls never
+        started are the loop's to answer."""
+        self._waiting.clear()
+        self._collect()
+        code, message = str(reason[0].value), reason[1]
+        for index in self._started:
+            if self.outcomes[index] is None:
+                outcome = ToolOutcome(ok=False, error_code=code, error_message=message)
+                self.outcomes[index] = outcome
+                if self._calls._ended is not None:
+                    self._calls._ended(self._actions[index], outcome, self._size)
+
+    def _record(self, upto: int) -> None:
+        """Journal the non-guest outcomes of calls before `upto`, in order
+        (guest calls were checked and recorded when they ran)."""
+        journal = self._journal
+        assert journal is not None
+        for index in range(self._recorded, upto):
+            action = self._actions[index]
+            source = action.tool.source
+            if source is not None and source.kind == "guest":
+                continue
+            outcome = self.outcomes[index]
+            assert outcome is not None
+            journal.tool(source.kind if source is not None else "none", action.call.name,
+                         action.arguments, _given(outcome))
+        self._recorded = upto
+
+
+def _given(outcome: ToolOutcome) -> Callable[[], ToolOutcome]:
+    return lambda: outcome
