@@ -27,6 +27,7 @@ from spearpy.context import RUN_LIMITS
 from spearpy.durable import JournalSpec
 from spearpy.executors.base import RUN_RESUMED, RunJob
 from spearpy.executors.hosts import HostPool
+from spearpy.executors.journals import shared_spec
 from spearpy.host import Host, LoadedModule
 from spearpy.journal import SyncPolicy
 from spearpy.observe.events import RUN_END, Event, FanOut
@@ -109,6 +110,7 @@ class RunManager:
         # Every journal the service keeps; replays and forks read it with journaling off too.
         self.journal_store = f"sqlite:{config.state_path / JOURNALS}"
         self._journals = self.journal_store if config.journal else None
+        self._needs: dict[str, bool] = {}  # module sha256 -> needs_service_process
         self.live: dict[str, LiveRun] = {}
         self.draining = False
         self._drain: asyncio.Task[None] | None = None
@@ -140,14 +142,20 @@ class RunManager:
         """Where the run is journaled: with journaling on, every run but those
         with user streams or the microphone (the journal cannot replay a
         stream's client yet, docs/durable.md)."""
-        if needs_service_process(module):
-            return None
-        return self.journal_spec(run_id)
+        needs = self._needs.get(module.sha256)
+        if needs is None:
+            # Reading a module's imports walks them through wasmtime's C API:
+            # once per module, not per run.
+            if len(self._needs) >= 256:
+                self._needs.clear()
+            needs = self._needs[module.sha256] = needs_service_process(module)
+        return None if needs else self.journal_spec(run_id)
 
     def journal_spec(self, run_id: str) -> JournalSpec | None:
         if self._journals is None:
             return None
-        return JournalSpec(self._journals, journal_id=run_id, sync=JOURNAL_SYNC)
+        # One store for all the runs in a process (executors/journals.py).
+        return shared_spec(self._journals, run_id, JOURNAL_SYNC)
 
     async def start(self, request: RunRequest, host: Host, module: LoadedModule,
                     limits: dict[str, Any], wasm: bytes, origin: Origin | None = None

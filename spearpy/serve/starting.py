@@ -28,12 +28,10 @@ async def start_run(service: Service, run: RunRequest, limits: dict[str, Any],
     runs = service.runs
     runs.take_slot()
     try:
-        loaded = service.recent_modules.get(run)
-        if loaded is None:
-            # One hop off the loop for all three (each hop is a thread hand-off).
-            loaded = await asyncio.to_thread(_load, service, run)
-            service.recent_modules.put(run, loaded)
-        host, module, wasm = loaded
+        # One hop off the loop for all three (each hop is a thread hand-off),
+        # none while the module's last load is fresh.
+        host, module, wasm = await service.recent_modules.load(
+            run, lambda: _load(service, run))
         if origin is not None:
             origin.check_module(module.sha256)
         live = await runs.start(run, host, module, limits, wasm, origin)

@@ -1,0 +1,120 @@
+"""What the service shares between runs: a module's load among requests
+that arrive together (serve/modules.py RecentModules), and a process's
+journal store among its runs (executors/journals.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+
+from spearpy.executors.journals import SharedJournalSpec, shared_spec, shared_store
+from spearpy.journal import JournalReader, SyncPolicy
+from spearpy.serve.modules import Loaded, RecentModules
+from spearpy.serve.schema import RunRequest
+
+
+def _request(module: str = "c_chat") -> RunRequest:
+    return RunRequest(module=module)
+
+
+def test_requests_that_miss_together_share_one_load() -> None:
+    calls: list[str] = []
+    gate = threading.Event()
+
+    def loader() -> Loaded:
+        gate.wait(10)  # every request is waiting by the time it returns
+        calls.append("load")
+        return ("host", "module", b"wasm")  # type: ignore[return-value]
+
+    async def main() -> list[Loaded]:
+        recent = RecentModules()
+        waiting = [asyncio.ensure_future(recent.load(_request(), loader)) for _ in range(16)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        loaded = await asyncio.gather(*waiting)
+        # Kept: the next request loads nothing.
+        loaded.append(await recent.load(_request(), loader))
+        return loaded
+
+    loaded = asyncio.run(main())
+    assert calls == ["load"]
+    assert all(item == ("host", "module", b"wasm") for item in loaded)
+
+
+def test_a_failed_load_fails_every_waiter_and_is_not_kept() -> None:
+    calls: list[int] = []
+
+    def loader() -> Loaded:
+        calls.append(1)
+        raise ValueError("no such module")
+
+    async def main() -> list[BaseException | Loaded]:
+        recent = RecentModules()
+        first = await asyncio.gather(*(recent.load(_request(), loader) for _ in range(4)),
+                                     return_exceptions=True)
+        again = await asyncio.gather(recent.load(_request(), loader), return_exceptions=True)
+        return [*first, *again]
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, ValueError) for r in results)
+    assert len(calls) == 2  # one shared attempt, then one more: the failure was not kept
+
+
+def test_a_waiter_that_gives_up_does_not_cancel_the_others_load() -> None:
+    gate = threading.Event()
+
+    def loader() -> Loaded:
+        gate.wait(10)
+        return ("host", "module", b"wasm")  # type: ignore[return-value]
+
+    async def main() -> Loaded:
+        recent = RecentModules()
+        leaving = asyncio.ensure_future(recent.load(_request(), loader))
+        staying = asyncio.ensure_future(recent.load(_request(), loader))
+        await asyncio.sleep(0.05)
+        leaving.cancel()  # its client hung up
+        await asyncio.sleep(0)
+        gate.set()
+        return await staying
+
+    assert asyncio.run(main()) == ("host", "module", b"wasm")
+
+
+def test_runs_of_a_process_share_its_journal_store(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'journals.sqlite3'}"
+    first, second = shared_spec(store, "a", SyncPolicy.NONE), shared_spec(store, "b",
+                                                                           SyncPolicy.NONE)
+    assert first.locate()[0] is second.locate()[0]
+    assert first.locate()[1] == "a" and second.locate()[1] == "b"
+    # To a worker process it travels as the same spec, and shares there.
+    copy = pickle.loads(pickle.dumps(first))
+    assert type(copy) is SharedJournalSpec and copy == first
+    # A journal written through the shared store reads back.
+    writer = first.locate()[0].open_writer("a", sync=SyncPolicy.NONE)
+    writer.append(0, "start", b'{"x":1}')
+    writer.close()
+    assert first.locate()[0].info("a") is not None
+
+
+def test_a_replaced_database_gets_a_new_store(tmp_path: Path) -> None:
+    path = tmp_path / "journals.sqlite3"
+    old = shared_store(f"sqlite:{path}")
+    for name in os.listdir(tmp_path):
+        if name.startswith("journals.sqlite3") and not name.endswith(".locks"):
+            os.remove(tmp_path / name)
+    new = shared_store(f"sqlite:{path}")
+    assert new is not old
+    assert new.info("missing") is None  # its tables were made again
+
+
+def test_other_stores_are_not_shared(tmp_path: Path) -> None:
+    spec = SharedJournalSpec(str(tmp_path / "run.jsonl"))
+    store, journal_id = spec.locate()
+    assert journal_id == "run" and store is not spec.locate()[0]
+    with pytest.raises(Exception, match="no journal"):
+        JournalReader(store, "run")
