@@ -48,6 +48,7 @@ SCENARIOS = {
     "U": "bench.u_streams",
     "SV": "bench.s_serve",
     "D": "bench.d_durable",
+    "T": "bench.t_parallel",
 }
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
