@@ -448,3 +448,66 @@ def test_a_journaled_batch_replays_and_resumes_with_each_call_made_once(
         assert again == tuple(t - j for t, j in zip(total, kept, strict=True)), k
         after = cut.read_text().splitlines()
         assert after[:k + 1] == lines[:k + 1] and len(after) == len(lines), k
+
+
+MIXED_SCRIPT = {
+    "rules": [
+        {"when": {"tool_messages": 0},
+         "reply": {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}},
+                                  {"name": "count", "arguments": {"i": 1}},
+                                  {"name": "count", "arguments": {"i": 2}},
+                                  {"name": "mul", "arguments": {"a": 5, "b": 4}},
+                                  {"name": "count", "arguments": {"i": 3}},
+                                  {"name": "upper", "arguments": {"text": "done"}}]}},
+    ],
+    "default": {"content": "answered: {{last_tool}}"},
+}
+
+
+def test_a_journaled_batch_mixing_guest_calls_resumes_anywhere_in_the_models_order(
+        tmp_path: Path) -> None:
+    """The guest's calls (c_multi_tool's add, mul, upper) between Python
+    calls: the journal holds every outcome in the model's order, and a run
+    cut at any step resumes making each Python call once."""
+    from spearpy.durable import JournalSpec
+
+    samples = Path(__file__).resolve().parents[1] / "wasm-samples"
+    script = tmp_path / "mixed.json"
+    script.write_text(json.dumps(MIXED_SCRIPT))
+    calls: list[int] = []
+    tools = PythonTools()
+
+    def count(i: int) -> str:
+        """Count one call."""
+        calls.append(i)
+        return f"counted {i}"
+
+    tools.add(count, parameters={"type": "object", "properties": {"i": {"type": "integer"}}})
+    module = str(samples / "c_multi_tool.wasm")
+    with Host(cache_dir=None, backend=f"scripted:{script}", python_tools=tools) as host:
+        events: list[Event] = []
+        path = tmp_path / "full.jsonl"
+        first = host.run(module, journal=JournalSpec(path), on_event=events.append)
+        assert first.outcome == "exited", first.message
+        assert sorted(calls) == [1, 2, 3]
+        assert {e.data.get("parallel") for e in events if e.kind == ev.TOOL_START} == {6}
+        lines = path.read_text().splitlines()
+        steps = [json.loads(line) for line in lines]
+        order = [s["kind"] for s in steps if s["kind"] in ("tool.outcome", "guest_tool.output")]
+        assert order == ["guest_tool.output", "tool.outcome", "tool.outcome",
+                         "guest_tool.output", "tool.outcome", "guest_tool.output"]
+        assert [s["answer"]["output"] for s in steps if s["kind"] == "tool.outcome"] == [
+            "counted 1", "counted 2", "counted 3"]
+        for k in range(1, len(lines) - 1):
+            cut = tmp_path / f"cut{k}.jsonl"
+            cut.write_text("\n".join(lines[:k + 1]) + "\n")
+            kept = sum(json.loads(line)["kind"] == "tool.outcome" for line in lines[:k + 1])
+            calls.clear()
+            resumed = host.run(module, journal=JournalSpec(cut))
+            assert resumed.outcome == "exited", (k, resumed.message)
+            assert resumed.stdout == first.stdout, k
+            assert len(calls) == 3 - kept, (k, calls)
+        calls.clear()
+        replayed = host.run(module, journal=JournalSpec(path, mode="replay"))
+        assert replayed.outcome == "exited" and replayed.stdout == first.stdout
+        assert calls == []

@@ -15,10 +15,12 @@ error.
 
 A journaled run records the batch in the model's order, so its journal reads
 as if the calls had run one by one (journals written before batches were
-exactly that): the non-guest calls before a guest call are waited for and
+exactly that): a call's outcome is recorded once it and every call before
+it have ended, the non-guest calls before a guest call are waited for and
 recorded before the guest call runs (its hostcalls and output follow them,
-as they did), and a batch the journal still answers is answered call by
-call, in order, with no thread at all.
+as they did), and a call starts only while fewer than the limit are started
+and not yet recorded, so a crash repeats at most that many. A batch the
+journal still answers is answered call by call, in order, with no thread.
 """
 
 from __future__ import annotations
@@ -137,9 +139,13 @@ class _Batch:
     # ---- the non-guest calls ---------------------------------------------------
 
     def _fill(self) -> None:
-        """Start waiting calls while fewer than the limit run."""
-        while self._waiting and self._running < self._limit:
-            index = self._waiting.popleft()
+        """Start waiting calls while fewer than the limit run (journaled:
+        while fewer than the limit are started and not yet journaled, so a
+        crash repeats at most that many)."""
+        waiting, limit = self._waiting, self._limit
+        while waiting and self._running < limit and (
+                self._journal is None or waiting[0] - self._recorded < limit):
+            index = waiting.popleft()
             action = self._actions[index]
             if self._calls._started is not None:
                 self._calls._started(action, self._size)
@@ -174,6 +180,8 @@ class _Batch:
             self.outcomes[index] = outcome
             if self._calls._ended is not None:
                 self._calls._ended(self._actions[index], outcome, self._size)
+        if self._journal is not None:
+            self._record_ended()
         self._fill()
 
     def _drain(self) -> Reason | None:
@@ -205,6 +213,14 @@ class _Batch:
                 self.outcomes[index] = outcome
                 if self._calls._ended is not None:
                     self._calls._ended(self._actions[index], outcome, self._size)
+
+    def _record_ended(self) -> None:
+        """Journal the calls that ended with every call before them."""
+        upto = self._recorded
+        while upto < self._size and self.outcomes[upto] is not None:
+            upto += 1
+        if upto > self._recorded:
+            self._record(upto)
 
     def _record(self, upto: int) -> None:
         """Journal the non-guest outcomes of calls before `upto`, in order

@@ -230,7 +230,14 @@ function toolCard(d) {
   const source = d.source || (d.executed ? "guest" : "host");
   const badge = el("span", "badge source-" + source, source + (d.server ? " · " + d.server : ""));
   badge.title = "where the tool ran";
-  head.append(el("span", "tool-name mono", d.name), badge,
+  head.append(el("span", "tool-name mono", d.name), badge);
+  if (d.parallel > 1) {
+    // One of the reply's calls that ran at once (max_parallel_tools).
+    const together = el("span", "badge parallel", "parallel ×" + d.parallel);
+    together.title = "ran at the same time as the other calls of this reply";
+    head.append(together);
+  }
+  head.append(
     el("span", "muted small", "iteration " + d.iteration), el("span", "tool-state", d.cached ? "cached" : "running…"));
   const body = el("div", "tool-body");
   const args = el("div", "tool-section");
