@@ -429,6 +429,34 @@ def test_offered_tools_apply_all_three_layers(manager: McpManager) -> None:
     assert manager.offered_tools(TaskPolicy(), SessionPolicy()) == ([], {})
 
 
+def test_a_warm_offer_is_reused_until_its_listing_or_policy_changes() -> None:
+    """A warm send's offer is the cached list; a tools/list_changed, a restart
+    or another session policy each give a fresh one."""
+    mgr = McpManager([stdio("own", [TOOLBOX], allowed_tools=["echo", "late", "crash", "grow"])])
+    task = TaskPolicy(enabled=True, default_server_ids=("own",))
+    try:
+        first, failed = mgr.offered_tools(task, SessionPolicy())
+        assert failed == {} and [t.name for t in first] == ["echo", "crash", "grow"]
+        again, _ = mgr.offered_tools(task, SessionPolicy())
+        assert again is first  # the warm path: no new list, no trip to the loop
+        narrow, _ = mgr.offered_tools(task, SessionPolicy(tool_denylist=("crash",)))
+        assert [t.name for t in narrow] == ["echo", "grow"]
+        assert mgr.offered_tools(task, SessionPolicy())[0] is first
+        assert call(mgr, "own", "grow").content == "grown"
+        deadline = time.monotonic() + 5
+        while "late" not in [t.name for t in mgr.offered_tools(task, SessionPolicy())[0]]:
+            assert time.monotonic() < deadline, "the cached offer outlived tools/list_changed"
+            time.sleep(0.05)
+        grown, _ = mgr.offered_tools(task, SessionPolicy())
+        assert call(mgr, "own", "crash", code=3).code == "mcp_server_unavailable"
+        # The restarted server lists its tools anew (without `late`): so does the offer.
+        after, failed = mgr.offered_tools(task, SessionPolicy())
+        assert failed == {} and after is not grown
+        assert [t.name for t in after] == ["echo", "crash", "grow"]
+    finally:
+        mgr.close()
+
+
 def test_approval_from_the_record(tmp_path: Path) -> None:
     mgr = McpManager([stdio("ap", ["-c", "pass"], approval_policy={
         "default_policy": "never", "per_tool": {"delete_*": "always", "drop": "deny"}})])

@@ -35,6 +35,9 @@ from spearpy.observe.logger import get_logger
 # The bridge's own deadline sits this far past the loop's: the loop times the
 # call out cleanly first, the bridge only catches a loop that is stuck.
 BRIDGE_GRACE_S = 2.0
+# Distinct (task, session) policies whose offers are kept; past it the cache
+# starts over (a guest changing its lists every send only loses the shortcut).
+MAX_OFFERS_CACHED = 256
 
 
 def _spec(server_id: str, tool: Any) -> ToolSpec:
@@ -62,6 +65,12 @@ class McpManager:
         # server id -> (the connection's cached listing, its ToolSpecs): the same
         # listing gives the same spec objects, so a source can keep what it built.
         self._specs: dict[str, tuple[list[Any], list[ToolSpec]]] = {}
+        # (task, session) -> (usable server ids, (server id, record, specs) the
+        # offer was computed from, the offer): a warm send's offer is the same
+        # list while none of those changed, so it costs a few identity checks.
+        self._offered: dict[tuple[TaskPolicy, SessionPolicy], tuple[
+            tuple[str, ...], tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],
+            list[ToolSpec]]] = {}
         self._closed = False
         self._log: Any = None
         # A manager dropped without close() (or alive at interpreter exit)
@@ -186,12 +195,36 @@ class McpManager:
                       ) -> tuple[list[ToolSpec], dict[str, McpError]]:
         """The MCP tools one send offers under the three layers (registry and
         `allowed_tools`, task, session), and the servers that failed to list."""
-        servers = effective_servers(self.server_ids(), task, session)
+        available = self.server_ids()
+        hit = self._offered.get((task, session))
+        if hit is not None and hit[0] == available and self._same_listings(hit[1]):
+            return hit[2], {}
+        servers = effective_servers(available, task, session)
         found, failed = self.collect_tools(servers, deadline=deadline, cancel=cancel)
         offered = [spec for sid in servers for spec in found.get(sid, ())
                    if tool_denial(spec.name, self.registry.entries[sid].record.allowed_tools,
                                   task, session) is None]
+        if not failed:
+            listings = tuple((sid, self.registry.entries[sid], found[sid]) for sid in servers)
+            if len(self._offered) >= MAX_OFFERS_CACHED:
+                self._offered.clear()
+            self._offered[(task, session)] = (available, listings, offered)
         return offered, failed
+
+    def _same_listings(self, listings: tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],
+                       ) -> bool:
+        """Whether every server of a cached offer still has the record and the
+        live listing it was computed from (no trip to the loop: see `_warm`)."""
+        if self._closed:
+            return False
+        for sid, entry, specs in listings:
+            conn = self._conns.get(sid)
+            tools = conn.cached_tools() if conn is not None else None
+            cached = self._specs.get(sid)
+            if tools is None or cached is None or cached[0] is not tools \
+                    or cached[1] is not specs or self.registry.entries.get(sid) is not entry:
+                return False
+        return True
 
     def approval(self, server_id: str, tool: str, *,
                  host_default: Approval = Approval.ALLOW) -> Approval:

@@ -31,7 +31,7 @@ from spearpy.mcp.vetting import (
 
 if TYPE_CHECKING:
     from spearpy.mcp.client import McpManager
-    from spearpy.mcp.models import ToolSpec
+    from spearpy.mcp.models import McpError, ToolSpec
     from spearpy.observe.scrub import SecretScrubber
 
 
@@ -66,11 +66,31 @@ class McpTools:
         # given once per listing).
         self._built: dict[int, _Built] = {}
         self._warn_lock = threading.Lock()
+        # (task, session) -> (the manager's offered specs, the tools and
+        # aliases made of them). Shared by every send that hits; nobody
+        # mutates them (ToolRegistry.attach copies what it keeps).
+        self._offers: dict[tuple[TaskPolicy, SessionPolicy],
+                           tuple[list[ToolSpec], list[Tool], dict[str, str]]] = {}
 
     def offer(self, task: TaskPolicy, session: SessionPolicy, *, deadline: float | None,
               cancel: threading.Event | None) -> Offer:
         specs, failed = self._manager.offered_tools(task, session, deadline=deadline,
                                                     cancel=cancel)
+        if not failed:
+            done = self._offers.get((task, session))
+            if done is not None and done[0] is specs:
+                # A warm send: the manager handed back the very list it did
+                # last time, so the tools, names and aliases are those (and
+                # their warnings were given then).
+                return Offer(done[1], done[2])
+        offer = self._make(specs, failed)
+        if not failed:
+            if len(self._offers) >= MAX_OFFERS_CACHED:
+                self._offers.clear()
+            self._offers[(task, session)] = (specs, offer.tools, offer.aliases)
+        return offer
+
+    def _make(self, specs: list[ToolSpec], failed: dict[str, McpError]) -> Offer:
         names = NameTable()
         offer = Offer(failures=[(sid, self._warning(f"{err.code}: {err}"))
                                 for sid, err in failed.items()])
@@ -148,6 +168,7 @@ class McpTools:
 
 
 MAX_WARNING_CHARS = 2000
+MAX_OFFERS_CACHED = 256  # distinct (task, session) policies kept; then it starts over
 _APPROVALS = {Approval.ALLOW: "allow", Approval.DENY: "deny", Approval.ASK: "ask"}
 
 
