@@ -134,8 +134,10 @@ def test_a_killed_ray_worker_loses_no_input(tmp_path: Path, scripted: Any,
     assert summary and summary[0].complete
     results = read_results(out)
     check_results(results, items)
-    assert results['"q010"']["attempts"] == 2  # retried on the restarted actor
-    assert executor.lost_runs >= 1
+    # Journaled (the default): resumed from its journal on another actor by
+    # the executor (attempts 1), or retried by the batch's dispatch (attempts 2).
+    assert results['"q010"']["attempts"] in (1, 2)
+    assert executor._runs is not None and executor._runs.workers_lost >= 1
 
 
 def test_traps_stay_traps_on_ray_and_in_the_driver(tmp_path: Path, cluster: str,

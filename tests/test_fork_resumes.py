@@ -17,9 +17,10 @@ which would start the fork's journal a second time and fail.
 
 from __future__ import annotations
 
+import json
 import os
-import sqlite3
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,13 +59,11 @@ def host(model: ScriptedServer) -> Iterator[Host]:
 
 
 def _completion_steps(path: Path) -> list[int]:
-    import json
-
     return [json.loads(line)["seq"] for line in path.read_text().splitlines()
             if json.loads(line)["kind"] == "chat.completion"]
 
 
-def _original_and_fork(host: Host, tmp_path: Path) -> tuple[Path, int, Path, str]:
+def _original_and_fork(host: Host, tmp_path: Path) -> tuple[Path, int, Path, bytes | None]:
     """A journaled run, and a fork of it at its second completion run to its
     end: (the run's journal, the fork point, the fork's journal, its stdout)."""
     original = tmp_path / "original.jsonl"
@@ -105,8 +104,6 @@ def test_a_fork_cut_before_its_fork_point_gets_the_rest_copied_and_asks_only_aft
 
 
 def _kinds(path: Path) -> list[str]:
-    import json
-
     return [json.loads(line)["kind"] for line in path.read_text().splitlines()]
 
 

@@ -4,11 +4,14 @@ has), several runs at once on its threads.
 
 The call is a streaming generator: the actor yields the run's messages as
 they happen and its end last, and a thread here follows each run's stream.
-An actor that dies (its process or its node) ends its runs as `worker_lost`
-and is restarted by Ray; it gets new runs only once it answers again (runs
-sent to it meanwhile would fail at once without running), and runs wait
-while no actor can take them. Ray is imported only when this executor
-starts: `pip install spearpy[ray]`.
+An actor that dies (its process or its node) is restarted by Ray; it gets
+new runs only once it answers again (runs sent to it meanwhile would fail
+at once without running), and runs wait while no actor can take them. Its
+runs end as `worker_lost`, but a run with a journal (RunJob.journal), which
+resumes on another actor from its journal instead, as on worker processes
+(procs.py): at most `max_resumes` times, its `on_event` told first
+(RUN_RESUMED); no completion the journal holds is asked again. Ray is
+imported only when this executor starts: `pip install spearpy[ray]`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.ray_signals import crash_handlers_kept
+from spearpy.executors.resumes import resumed_event, resumed_job
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -36,6 +40,9 @@ _POLL_S = 0.1
 # for good: its node is lost and nothing can host it.
 _COME_BACK_S = 30.0
 _READY_TIMEOUT_S = 300.0
+# A journaled run whose actor died resumes on another this many times (as
+# procs.MAX_RESUMES); a run that keeps killing its actors then ends worker_lost.
+MAX_RESUMES = 2
 _log = logging.getLogger("spearpy.executors")
 
 
@@ -89,6 +96,7 @@ class _Submitted:
     cancel: threading.Event
     on_event: EventSink | None
     on_end: OnEnd
+    resumes: int = 0
 
 
 class RayRuns:
@@ -99,9 +107,12 @@ class RayRuns:
     name = "ray"
 
     def __init__(self, address: str, config: HostConfig, max_concurrent: int,
-                 actors: int | None = None) -> None:
+                 actors: int | None = None, max_resumes: int = MAX_RESUMES) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
+        if max_resumes < 0:
+            raise ValueError("max_resumes must not be negative")
+        self.max_resumes = max_resumes
         self.address = address
         self._config = config.model_dump()
         self._max_concurrent = max_concurrent
@@ -115,14 +126,24 @@ class RayRuns:
         self._waiting: deque[_Submitted] = deque()  # while no actor is usable
         self._wasm_refs: dict[str, Any] = {}  # sha256 -> the module in the object store
         self._lock = threading.Lock()
+        self._closing = False
         self.workers_lost = 0  # actors that died under a run
         self.failure: ExecutorError | None = None
 
-    def worker_pids(self) -> list[int]:
-        """The actors' pids (for monitoring, and for tests that kill them)."""
+    def worker_pids(self, busy: bool = False) -> list[int]:
+        """The actors' pids (`busy`: only those running a run), for
+        monitoring and for tests that kill them."""
         with self._lock:
-            handles = list(self._handles)
-        return [int(p) for p in self._ray.get([h.ready.remote() for h in handles])]
+            running = set(self._where.values())
+            handles = [h for slot, h in enumerate(self._handles)
+                       if self._usable[slot] and (slot in running or not busy)]
+        pids = []
+        for ref in [h.ready.remote() for h in handles]:
+            try:
+                pids.append(int(self._ray.get(ref)))
+            except lost_errors(self._ray):
+                continue  # died just now: no pid to give
+        return pids
 
     def start(self) -> None:
         ray = self._ray = import_ray()
@@ -153,13 +174,7 @@ class RayRuns:
 
     def submit(self, job: RunJob, wasm: bytes, host: Host | None, module: LoadedModule | None,
                cancel: threading.Event, on_event: EventSink | None, on_end: OnEnd) -> None:
-        run = _Submitted(job, wasm, cancel, on_event, on_end)
-        with self._lock:
-            slot = self._slot_for(run)
-        if slot is not None:
-            self._launch(slot, run)
-        elif self.failure is not None:
-            on_end(worker_lost(f"no Ray actor can take runs: {self.failure}"), None)
+        self._place(_Submitted(job, wasm, cancel, on_event, on_end))
 
     def cancel(self, key: str) -> None:
         with self._lock:
@@ -172,6 +187,7 @@ class RayRuns:
         if ray is None:
             return
         with self._lock:
+            self._closing = True
             handles, self._handles = self._handles, []
             waiting, self._waiting = list(self._waiting), deque()
         for run in waiting:
@@ -189,10 +205,27 @@ class RayRuns:
 
     # ---- internals ---------------------------------------------------------
 
+    def _place(self, run: _Submitted) -> None:
+        with self._lock:
+            slot = self._slot_for(run)
+        if slot is not None:
+            self._launch(slot, run)
+        else:
+            self._unplaced(run)
+
+    def _unplaced(self, run: _Submitted) -> None:
+        """A run no actor took: it waits (see _slot_for), unless nothing
+        will take it any more."""
+        if self.failure is not None or self._closing:
+            why = self.failure or "the executor closed"
+            run.on_end(worker_lost(f"no Ray actor can take runs: {why}"), None)
+
     def _slot_for(self, run: _Submitted) -> int | None:
         """The least busy usable actor, the run then counted on it; None
         (under the lock) when none is usable: the run waits, unless the
-        executor failed."""
+        executor failed or is closing."""
+        if self._closing:
+            return None
         usable = [s for s in range(len(self._handles)) if self._usable[s]]
         if not usable:
             if self.failure is None:
@@ -219,6 +252,7 @@ class RayRuns:
     def _follow(self, slot: int, run: _Submitted, stream: Any) -> None:
         ray = self._ray
         ended = False
+        lost: str | None = None  # why its actor is gone, when it died under the run
         try:
             for ref in stream:
                 message = ray.get(ref)
@@ -232,8 +266,8 @@ class RayRuns:
             if not ended:
                 ended = True
                 self._probe(slot)
-                run.on_end(worker_lost(f"the Ray actor running this run died before the run "
-                                       f"ended ({type(exc).__name__})"), None)
+                lost = (f"the Ray actor running this run died before the run ended "
+                        f"({type(exc).__name__})")
         except ray.exceptions.RayError as exc:
             if not ended:
                 ended = True
@@ -245,6 +279,27 @@ class RayRuns:
             with self._lock:
                 if self._where.pop(run.job.key, None) is not None:
                     self._load[slot] -= 1
+            # After its slot is given back: a resumed run takes another.
+            if lost is not None:
+                self._lost(run, lost)
+
+    def _lost(self, run: _Submitted, why: str) -> None:
+        """A run whose actor died: resumed from its journal on another actor
+        (the dead actor's writer lock on it went with its process), or ended."""
+        with self._lock:
+            going = not self._closing and self.failure is None
+        if not (going and run.job.journal is not None and not run.cancel.is_set()
+                and run.resumes < self.max_resumes):
+            resumed = f" (resumed {run.resumes} times before)" if run.resumes else ""
+            run.on_end(worker_lost(why + resumed), None)
+            return
+        run.resumes += 1
+        _log.warning("%s; resuming run %s from its journal (%d of at most %d)", why,
+                     run.job.key, run.resumes, self.max_resumes)
+        if run.on_event is not None:
+            run.on_event(resumed_event(why, run.resumes))
+        run.job = resumed_job(run.job)  # a fork goes on with its own journal
+        self._place(run)
 
     def _probe(self, slot: int) -> None:
         """Take the actor out of use until it answers again (on a thread)."""
@@ -278,5 +333,5 @@ class RayRuns:
         for target, run in placed:
             if target is not None:
                 self._launch(target, run)
-            elif self.failure is not None:
-                run.on_end(worker_lost(f"no Ray actor can take runs: {self.failure}"), None)
+            else:
+                self._unplaced(run)

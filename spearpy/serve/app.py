@@ -168,7 +168,7 @@ def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
 
         assert config.ray_address is not None  # ServeConfig checks it
         return RayRuns(config.ray_address, hosts.base.config, config.max_concurrent,
-                       config.workers)
+                       config.workers, config.max_resumes)
     return ThreadRuns(config.max_concurrent)
 
 
