@@ -238,11 +238,6 @@ class Host:
         if self._closed:
             raise RuntimeError("this Host is closed")
         _check_run_inputs(argv, env, dirs)
-        if journal is not None and streams is not None:
-            # Before the run is built: building it binds the hub to that run,
-            # which a refused run would never end or unbind.
-            raise ValueError("journal: runs with user streams are not journaled yet "
-                             "(docs/durable.md)")
         # Refused here, naming the variable, rather than as a failed run.
         passed_through(os.environ, [k for k, v in (env or {}).items() if v is None],
                        self.key_envs())
@@ -268,7 +263,11 @@ class Host:
 
             secrets = [value for name in self.key_envs() if (value := os.environ.get(name))]
             path = module if isinstance(module, str | os.PathLike) else None
-            diverged = bind_journal(run, journal, self.config, loaded.sha256, path, secrets)
+            try:
+                diverged = bind_journal(run, journal, self.config, loaded.sha256, path, secrets)
+            finally:
+                if run.journal is None and streams is not None:
+                    streams.unbind()  # bound as the run was built; it never starts
             if diverged is not None:
                 return diverged
         with self.in_progress(run):

@@ -30,7 +30,6 @@ from spearpy.errors import SpearpyError
 from spearpy.host import Host
 from spearpy.mcp.naming import spear_tool_name
 from spearpy.outcome import RunResult
-from spearpy.streams.hub import StreamHub
 from spearpy.testing import ScriptedAsrServer, ScriptedServer
 from spearpy.tools.python import PythonTools
 from tests.probe import wat_module
@@ -249,7 +248,7 @@ def test_host_resume_starts_the_journaled_run_again_from_its_journal(
                                                 _asks(durable_run.lines[:8]), strict=True))
 
 
-# ---- the microphone, realtime ASR and user streams -------------------------------------
+# ---- the microphone and realtime ASR (user streams: test_durable_streams_audio.py) ----
 
 MIC_GUEST = str(SAMPLES / "c_mic_read.wasm")
 RTASR_GUEST = str(SAMPLES / "c_mic_rtasr.wasm")
@@ -437,16 +436,3 @@ def test_an_rtasr_run_cut_mid_stream_reconnects_and_goes_on(rtasr_world: RtasrWo
               and json.loads(line)["request"]["call"] == "mic.mic_read"]
     assert sum(f["answer"]["rc"] == 960 for f in frames) == 50
 
-
-def test_a_run_with_user_streams_is_refused_a_journal_and_loses_nothing(
-        mic_world: MicWorld, tmp_path: Path) -> None:
-    hub = StreamHub()
-    path = tmp_path / "streams.jsonl"
-    with pytest.raises(ValueError, match="runs with user streams are not journaled"):
-        mic_world.host.run(MIC_GUEST, [MIC_PARAMS], streams=hub, journal=JournalSpec(path))
-    assert not path.exists()
-    # The refused run never was: the hub still serves the run given it next.
-    stub = json.dumps({"source": "stub", "sample_rate_hz": 16000, "frame_ms": 20})
-    result = mic_world.host.run(MIC_GUEST, [stub, "3"], streams=hub, limits=HANG_GUARD)
-    assert result.exit_code == 0, result.stdout
-    assert b"frames 3 bytes 1920 " in (result.stdout or b"")

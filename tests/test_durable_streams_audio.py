@@ -1,0 +1,274 @@
+"""Durable runs of guests that talk to a client over user streams or read a
+microphone (issue 31's property test, its user-stream and mic guests): cut
+the journal where hypothesis says, resume, and the run ends as if it had
+never stopped, every completion asked once (docs/durable.md).
+
+A cut journal is what a crash leaves: the steps before the cut, durable;
+nothing after. Nothing was in flight at the cut, so the resume asks exactly
+what the journal lacks. The client of a resumed run is the one that
+reconnects after the crash: it sends what the guest had not read (frames a
+client sent that the guest had not read are lost with the process) and
+waits for the answers it had not received.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spearpy.durable import JournalSpec
+from spearpy.embed import RunHandle
+from spearpy.host import Host
+from spearpy.outcome import RunResult
+from spearpy.streams.hub import StreamHub, StreamsUnavailable
+from spearpy.testing import ScriptedServer
+
+_FIXTURES = [HealthCheck.function_scoped_fixture]
+SAMPLES = Path(__file__).resolve().parents[1] / "wasm-samples"
+CHAT = str(SAMPLES / "c_stream_chat.wasm")
+MIC = str(SAMPLES / "c_mic_read.wasm")
+HANG_GUARD = {"timeout": 120}  # against a hung host only; nothing asserts on time
+WAIT_S = 60.0
+
+SUM_ANSWER = "7 + 35 = 42"
+HELP_ANSWER = "Ask me to add two numbers, like: what is 7 + 35?"
+# Each question and the answer the script gives it (a sum asks the add tool
+# first: two completions; anything else one).
+QUESTIONS = [("what is 7 + 35?", SUM_ANSWER), ("hello there", HELP_ANSWER),
+             ("and 7 + 35 once more?", SUM_ANSWER)]
+SCRIPT = {
+    "rules": [
+        {"when": {"last_role": "user", "last_user_contains": "+",
+                  "tool_names_include": ["add"]},
+         "reply": {"tool_calls": [{"name": "add", "arguments": {"a": 7, "b": 35}}]}},
+        {"when": {"last_role": "tool"}, "reply": {"content": "7 + 35 = {{last_tool}}"}},
+    ],
+    "default": {"content": HELP_ANSWER},
+    "models": ["m"],
+}
+
+
+@dataclass
+class ChatWorld:
+    host: Host
+    server: ScriptedServer
+
+
+@pytest.fixture(scope="module")
+def chat_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatWorld]:
+    where = tmp_path_factory.mktemp("chat")
+    (where / "script.json").write_text(json.dumps(SCRIPT))
+    with ScriptedServer(str(where / "script.json")) as server, \
+            Host(cache_dir=None, base_url=server.base_url, model="m", api_key_env="") as host:
+        yield ChatWorld(host, server)
+
+
+def _converse(handle: RunHandle, questions: list[str], finals: int) -> RunResult:
+    """The client: send `questions` on stream 1, take frames until `finals`
+    answers have ended, close the session; the run's result."""
+    try:
+        stream = handle.open_stream(1)
+    except StreamsUnavailable:  # the run ended from its journal alone
+        return handle.result(timeout=WAIT_S)
+    for question in questions:
+        stream.send(question.encode(), timeout=WAIT_S)
+    seen = 0
+    while seen < finals:
+        frame = stream.recv(timeout=WAIT_S)
+        assert frame is not None, f"{seen} of {finals} answers came"
+        seen += frame.meta_json() == {"final": True}
+    handle.close_streams()
+    return handle.result(timeout=WAIT_S)
+
+
+@dataclass(frozen=True)
+class Journaled:
+    result: RunResult
+    lines: list[str]
+    asked: int  # completions the uninterrupted run asked
+
+
+@pytest.fixture(scope="module")
+def chat_run(chat_world: ChatWorld, tmp_path_factory: pytest.TempPathFactory) -> Journaled:
+    path = tmp_path_factory.mktemp("j") / "chat.jsonl"
+    before = len(chat_world.server.requests)
+    handle = chat_world.host.start(CHAT, ["--summary"], streams=True,
+                                   journal=JournalSpec(path), limits=HANG_GUARD)
+    result = _converse(handle, [q for q, _a in QUESTIONS], len(QUESTIONS))
+    assert (result.outcome, result.exit_code) == ("exited", 0), result.message
+    assert result.stdout == b"session closed: 3 questions answered\n"
+    asked = len(chat_world.server.requests) - before
+    assert asked == 5
+    return Journaled(result, path.read_text().splitlines(), asked)
+
+
+def _steps(lines: list[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in lines]
+
+
+def _hostcalls(lines: list[str], call: str) -> list[int]:
+    """The rc of each journaled `call`."""
+    return [s["answer"]["rc"] for s in _steps(lines)  # type: ignore[index]
+            if s["kind"] == "hostcall" and s["request"]["call"] == call]  # type: ignore[index]
+
+
+def _answers_sent(lines: list[str]) -> int:
+    """Answers whose every word frame the guest wrote before the cut."""
+    written = sum(rc == 0 for rc in _hostcalls(lines, "user_streams.user_stream_write"))
+    done = 0
+    for _q, answer in QUESTIONS:
+        words = len(answer.split(" "))
+        if written < words:
+            break
+        written -= words
+        done += 1
+    return done
+
+
+def _conversation(result: RunResult) -> list[tuple[str, str]]:
+    """Each transcript message's role and text, tool-call ids left out (the
+    scripted model numbers them by its request count)."""
+    out = []
+    for transcript in result.transcripts:
+        for message in transcript["messages"]:
+            text = json.dumps(message.get("content")) + json.dumps(
+                [c["function"] for c in message.get("tool_calls") or []])
+            out.append((message["role"], re.sub(r"call_\d+_\d+|sp\d+", "ID", text)))
+    return out
+
+
+def _cut(lines: list[str], k: int, where: Path) -> Path:
+    path = where / "cut.jsonl"
+    path.write_text("\n".join(lines[:k + 1]) + "\n")
+    return path
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=_FIXTURES)
+@given(data=st.data())
+def test_a_user_stream_chat_cut_anywhere_resumes_as_if_never_stopped(
+        chat_world: ChatWorld, chat_run: Journaled, tmp_path_factory: pytest.TempPathFactory,
+        data: st.DataObject) -> None:
+    lines = chat_run.lines
+    k = data.draw(st.integers(1, len(lines) - 2), label="steps kept after start")
+    path = _cut(lines, k, tmp_path_factory.mktemp("cut"))
+    kept = lines[:k + 1]
+    read = sum(rc >= 0 for rc in _hostcalls(kept, "user_streams.user_stream_read"))
+    before = len(chat_world.server.requests)
+    handle = chat_world.host.start(CHAT, ["--summary"], streams=True,
+                                   journal=JournalSpec(path), limits=HANG_GUARD)
+    resumed = _converse(handle, [q for q, _a in QUESTIONS[read:]],
+                        len(QUESTIONS) - _answers_sent(kept))
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    assert resumed.stdout == chat_run.result.stdout
+    assert _conversation(resumed) == _conversation(chat_run.result)
+    # Each completion once: the journal's answered, the rest asked now.
+    journaled = sum(s["kind"] == "chat.completion" for s in _steps(kept))
+    assert len(chat_world.server.requests) - before == chat_run.asked - journaled
+    after = path.read_text().splitlines()
+    assert after[:k + 1] == kept and _steps(after)[-1]["kind"] == "end"
+
+
+def test_a_user_stream_run_replays_with_no_client(chat_world: ChatWorld, chat_run: Journaled,
+                                                  tmp_path: Path) -> None:
+    """No hub, no client, no model: the streams' fds are held by
+    placeholders at their journaled numbers and every answer is the
+    journal's."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(chat_run.lines) + "\n")
+    before = len(chat_world.server.requests)
+    replayed = chat_world.host.run(CHAT, ["--summary"], journal=JournalSpec(path, mode="replay"),
+                                   limits=HANG_GUARD)
+    assert (replayed.outcome, replayed.exit_code) == ("exited", 0), replayed.message
+    assert replayed.stdout == chat_run.result.stdout
+    assert _conversation(replayed) == _conversation(chat_run.result)
+    assert len(chat_world.server.requests) == before
+
+
+def test_a_stream_run_resumed_without_streams_says_it_cannot_go_live(
+        chat_world: ChatWorld, chat_run: Journaled, tmp_path: Path) -> None:
+    lines = chat_run.lines
+    first_read = next(i for i, s in enumerate(_steps(lines)) if s["kind"] == "hostcall"
+                      and s["request"]["call"] == "user_streams.user_stream_read")  # type: ignore[index]
+    path = _cut(lines, first_read, tmp_path)
+    resumed = chat_world.host.run(CHAT, ["--summary"], journal=JournalSpec(path),
+                                  limits=HANG_GUARD)
+    assert resumed.outcome == "replay_mismatch", resumed.message
+    assert "cannot go on live" in resumed.message and "user_stream_open" in resumed.message
+    assert "no user streams" in resumed.message
+    assert _steps(path.read_text().splitlines())[-1]["kind"] != "end"  # resumable with streams
+    handle = chat_world.host.start(CHAT, ["--summary"], streams=True, journal=JournalSpec(path),
+                                   limits=HANG_GUARD)
+    again = _converse(handle, [q for q, _a in QUESTIONS[1:]], len(QUESTIONS))
+    assert again.stdout == chat_run.result.stdout
+
+
+def test_a_stream_run_that_is_not_the_journaled_one_leaves_no_hub_bound(
+        chat_world: ChatWorld, chat_run: Journaled, tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_text("\n".join(chat_run.lines[:3]) + "\n")
+    hub = StreamHub()
+    other = chat_world.host.run(CHAT, [], streams=hub, journal=JournalSpec(path))
+    assert other.outcome == "replay_mismatch" and "step 0 (start)" in other.message
+    with pytest.raises(StreamsUnavailable):  # its clients see the end, not a silent run
+        hub.connect()
+
+
+# ---- the microphone: a stub source, cut anywhere -----------------------------------
+
+
+def _pcm(samples: int) -> bytes:
+    """A PCM16 ramp-modulated tone: each 20 ms frame of it differs."""
+    return b"".join(struct.pack("<h", int(6000 * math.sin(i / 7.0) * (1 + i % 50 / 50)))
+                    for i in range(samples))
+
+
+# 16 kHz, 20 ms frames: 320 samples a frame; the stub loops 3.5 frames of PCM,
+# so where a resumed stub starts its loop shows in the frames' hash. A queue
+# of 256 frames never fills in 40: nothing is dropped, whatever the timing.
+STUB_PARAMS = json.dumps({"source": "stub", "sample_rate_hz": 16000, "frame_ms": 20,
+                          "max_queue_bytes": 256 * 640,
+                          "stub_pcm16_base64": base64.b64encode(_pcm(1120)).decode()})
+
+
+@pytest.fixture(scope="module")
+def mic_host() -> Iterator[Host]:
+    with Host(cache_dir=None, base_url="http://127.0.0.1:9/v1", api_key_env="") as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def stub_run(mic_host: Host, tmp_path_factory: pytest.TempPathFactory) -> Journaled:
+    path = tmp_path_factory.mktemp("j") / "stub.jsonl"
+    result = mic_host.run(MIC, [STUB_PARAMS, "40"], journal=JournalSpec(path), limits=HANG_GUARD)
+    assert (result.outcome, result.exit_code) == ("exited", 0), result.stdout
+    assert b"frames 40 bytes 25600 " in (result.stdout or b"")
+    return Journaled(result, path.read_text().splitlines(), 0)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=_FIXTURES)
+@given(data=st.data())
+def test_a_stub_mic_run_cut_anywhere_plays_on_where_it_stopped(
+        mic_host: Host, stub_run: Journaled, tmp_path_factory: pytest.TempPathFactory,
+        data: st.DataObject) -> None:
+    lines = stub_run.lines
+    k = data.draw(st.integers(1, len(lines) - 2), label="steps kept after start")
+    path = _cut(lines, k, tmp_path_factory.mktemp("cut"))
+    resumed = mic_host.run(MIC, [STUB_PARAMS, "40"], journal=JournalSpec(path),
+                           limits=HANG_GUARD)
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    # The same 40 frames, the same hash: the stub went on from the frame
+    # after the journal's last, not from its loop's start.
+    assert resumed.stdout == stub_run.result.stdout
+    after = path.read_text().splitlines()
+    assert after[:k + 1] == lines[:k + 1] and _steps(after)[-1]["kind"] == "end"
+
