@@ -511,3 +511,78 @@ def test_a_journaled_batch_mixing_guest_calls_resumes_anywhere_in_the_models_ord
         replayed = host.run(module, journal=JournalSpec(path, mode="replay"))
         assert replayed.outcome == "exited" and replayed.stdout == first.stdout
         assert calls == []
+
+
+# ---- the loop alone: which calls a CallTools admits ---------------------------------------
+
+def _loop_reply(names: list[str], **limits: Any) -> Any:
+    from spearpy.chat.loop import ToolLoop
+    from spearpy.chat.protocol import CompletionResult, LoopLimits
+    from spearpy.chat.registry import ToolRegistry
+    from spearpy.chat.session import ChatSession
+
+    tools = _python_tools()
+    session = ChatSession(1)
+    session.registry.attach("python", [
+        ToolRegistry.build(name, name, spec, tools,
+                           approval="ask" if name == "block" else "allow")
+        for name, spec in tools.specs()])
+    session.write_message("user", "go")
+    loop = ToolLoop(session, LoopLimits(**limits), auto=True, backend="b", model="m")
+    loop.next_action()
+    message = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{k}", "type": "function",
+         "function": {"name": name, "arguments": '{"i": 1}'}} for k, name in enumerate(names)]}
+    loop.on_completion(CompletionResult("b", "m", body={"choices": [{"message": message}]}))
+    return loop
+
+
+def _ids(action: Any) -> list[str]:
+    from spearpy.chat.protocol import CallTool, CallTools
+
+    if isinstance(action, CallTools):
+        return [admitted.call.id for admitted in action.calls]
+    assert isinstance(action, CallTool), action
+    return [action.call.id]
+
+
+def _ok(n: int) -> list[Any]:
+    from spearpy.chat.protocol import ToolOutcome
+
+    return [ToolOutcome(ok=True, output="fine") for _ in range(n)]
+
+
+def test_admission_ends_at_a_call_that_does_not_simply_run() -> None:
+    from spearpy.chat.protocol import CallTools
+
+    loop = _loop_reply(["count", "count", "nope", "count", "count"], max_parallel_tools=4)
+    first = loop.next_action()
+    assert isinstance(first, CallTools) and _ids(first) == ["c0", "c1"]
+    second = loop.on_tool_results(_ok(2), True)  # c2 (unknown) is answered on the way
+    assert _ids(second) == ["c3", "c4"]
+    loop.on_tool_results(_ok(2))
+    tools = [m["tool_call_id"] for m in loop.session.messages if m["role"] == "tool"]
+    assert tools == ["c0", "c1", "c2", "c3", "c4"]
+
+
+def test_a_held_call_ends_admission_and_the_limit_is_per_call() -> None:
+    from spearpy.chat.protocol import Done, Failed
+
+    held = _loop_reply(["count", "count", "block", "count"], max_parallel_tools=8)
+    assert _ids(held.next_action()) == ["c0", "c1"]
+    assert isinstance(held.on_tool_results(_ok(2), True), Done)  # held at c2, c3 pending
+    assert [c.id for c in held.session.pending_calls()] == ["c2", "c3"]
+    limited = _loop_reply(["count"] * 5, max_parallel_tools=8, max_total_tool_calls=3)
+    assert _ids(limited.next_action()) == ["c0", "c1", "c2"]
+    ended = limited.on_tool_results(_ok(3), True)
+    assert isinstance(ended, Failed) and ended.body["error"]["code"] == abi.SEND_TOOL_CALL_LIMIT
+    assert limited.stats.tool_calls == 3
+
+
+def test_a_call_the_batch_would_cache_waits_for_it_and_hits_the_cache() -> None:
+    loop = _loop_reply(["count", "count", "pair"], max_parallel_tools=8,
+                       cache_tool_results=True)
+    assert _ids(loop.next_action()) == ["c0"]  # c1 is c0's cache key
+    after = loop.on_tool_result("c0", _ok(1)[0], True)
+    assert _ids(after) == ["c2"]  # c1 answered from the cache
+    assert loop.stats.tool_calls == 2

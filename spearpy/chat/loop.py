@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Final, Literal, NoReturn, overload
 
 from spearpy import abi
+from spearpy.chat.batch import CacheKey, admit_batch
 from spearpy.chat.bodies import (
     CACHE_HIT,
     INTERNAL_ERROR,
@@ -48,7 +49,7 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.chat.registry import ALLOW, DENY, Tool
+from spearpy.chat.registry import ALLOW, DENY
 from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
 from spearpy.chat.states import (
     LoopEvent,
@@ -330,48 +331,15 @@ class ToolLoop:
         self.state = next_state(self.state, _CALLS_ANSWERED)
         return None
 
-    def _batch(self, first: CallTool, key: tuple[str, str] | None) -> CallTools | None:
-        """`first` and the calls after it that would run with nothing to
-        decide first, as one CallTools (None: `first` runs alone). Admission
-        ends at the first call that would not simply run: a held, denied,
-        unknown, invalid or cached call, one whose result a call of the batch
-        would cache, or the max_total_tool_calls limit; that call is decided
-        once the batch is answered, as if the calls had run one by one."""
-        calls, keys = [first], [key]
-        limits, stats = self.limits, self.stats
-        for index in range(1, len(self._queue)):
-            if stats.tool_calls >= limits.max_total_tool_calls:
-                break
-            call = self._queue[index]
-            admitted = self._runnable(call, keys)
-            if admitted is None:
-                break
-            stats.tool_calls += 1
-            calls.append(CallTool(call, admitted[0], call.arguments))
-            keys.append(admitted[1])
-        if len(calls) == 1:
+    def _batch(self, first: CallTool, key: CacheKey | None) -> CallTools | None:
+        """`first` and the calls after it that simply run, as one CallTools
+        (chat/batch.py); None: `first` runs alone."""
+        admitted = admit_batch(first, key, self._queue, tools=self._tools, limits=self.limits,
+                               stats=self.stats, cache=self._cache, approved=self._approved)
+        if admitted is None:
             return None
-        self._batch_keys = keys
-        return CallTools(calls)
-
-    def _runnable(self, call: ToolCall, keys: list[tuple[str, str] | None],
-                  ) -> tuple[Tool, tuple[str, str] | None] | None:
-        """`call`'s tool and cache key when it would run as it is (no skip,
-        no hold, no cache hit), else None; changes nothing."""
-        tool = self._tools.get(call.name)
-        if tool is None or tool.approval == DENY or \
-                (tool.approval != ALLOW and call.id not in self._approved):
-            return None
-        limits = self.limits
-        parsed, problem = check_arguments(tool, call.arguments, limits.validate_tool_args)
-        if problem is not None:
-            return None
-        key: tuple[str, str] | None = None
-        if limits.cache_tool_results:
-            key = cache_key(call.name, parsed)
-            if key in self._cache or key in keys:
-                return None
-        return tool, key
+        batch, self._batch_keys = admitted
+        return batch
 
     def _next_completion(self) -> Complete:
         """The next completion: the transcript as it stands, the tools on offer."""

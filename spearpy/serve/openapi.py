@@ -43,8 +43,8 @@ OPENAPI: dict[str, Any] = {
                     "env": {"type": "object", "additionalProperties": {"type": "string"}},
                     "stdin": {"type": "string"},
                     "limits": {"type": "object", "description": "timeout, tool_timeout, fuel, "
-                               "max_memory, max_open_fds, max_log_bytes, max_host_bytes; at "
-                               "most the service's own",
+                               "max_memory, max_open_fds, max_log_bytes, max_host_bytes, "
+                               "max_parallel_tools; at most the service's own",
                                "additionalProperties": {"type": "number"}},
                     "model": {"type": "string", "description": "only one from --allow-model"},
                     "backend": {"type": "string",

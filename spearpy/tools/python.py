@@ -11,9 +11,12 @@
 A call gets the model's arguments as keyword arguments (already checked
 against the schema by the loop, like a guest tool's); a str result is the
 tool output as is, anything else is serialised as JSON. An exception is a
-`tool_exec_failed` answer for the model, never a crash of the send. The
-function runs on the guest's thread: it should be quick, and it cannot be
-interrupted (the send's deadline is checked before it starts).
+`tool_exec_failed` answer for the model, never a crash of the send. With
+`max_parallel_tools` above 1 (the default) the calls of one reply run at
+once on worker threads (driver/parallel.py), so a function must be safe to
+call concurrently; it cannot be interrupted (the send's deadline is checked
+before it starts), and on a cancel or the deadline a call still running is
+abandoned, its result dropped.
 """
 
 from __future__ import annotations
