@@ -276,6 +276,25 @@ def test_a_cancel_ends_every_call_of_the_batch_and_answers_each(
     assert len(server.requests) == 1  # nothing went upstream after the cancel
 
 
+def test_the_run_deadline_ends_the_batch_and_abandons_a_python_call(
+        host: Host, gate: Gate) -> None:
+    """Two Python calls that would run for a minute: the run's deadline
+    (3 s) ends the send, each call answered with the timeout."""
+    events: list[Event] = []
+    ended: list[str] = []
+    script = calls_then_answer(("block", {"i": 0}), ("block", {"i": 1}))
+    try:
+        send(host, script, limits={"timeout": 3.0}, events=events)
+    except wasmtime.WasmtimeError as exc:  # the deadline ends the guest once the send returns
+        ended.append(str(exc))
+    assert gate.started == 2 and not gate.release.is_set()  # both still blocked
+    assert ended and "deadline" in ended[0]
+    ends = {e["tool_call_id"]: e for e in tool_events(events, ev.TOOL_END)}
+    assert sorted(ends) == ["c0", "c1"]
+    assert all(e["executed"] and e["error"] == "timeout" for e in ends.values()), ends
+    assert [e.data["error"] for e in events if e.kind == ev.SEND_END] == ["timeout"]
+
+
 def test_the_parallel_limit_is_honoured_and_a_guest_cannot_lift_the_hosts(
         host: Host, gate: Gate) -> None:
     script = calls_then_answer(*[("pair", {"i": i, "n": 6}) for i in range(6)])
