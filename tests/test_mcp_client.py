@@ -322,6 +322,33 @@ def test_many_threads_share_one_session(manager: McpManager) -> None:
     assert len(after) == len(before)  # no loop per call
 
 
+def test_parallel_calls_on_one_session_one_cancelled(manager: McpManager) -> None:
+    """Several threads calling one server at once (the loop's parallel tool
+    calls): a cancel ends only its own call, the others get their own results."""
+    cancel = threading.Event()
+    slow: list[Any] = []
+    quick: dict[int, list[str]] = {}
+
+    def sleeper() -> None:
+        slow.append(manager.call_tool("tb", "sleep", {"seconds": 10}, cancel=cancel))
+
+    def echoes(n: int) -> None:
+        quick[n] = [manager.call_tool("tb", "echo", {"text": f"{n}-{i}"}, cancel=threading.Event(),
+                                      deadline=time.monotonic() + 30).content for i in range(5)]
+
+    threads = [threading.Thread(target=sleeper)]
+    threads += [threading.Thread(target=echoes, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    threads[1].join()
+    cancel.set()
+    for thread in threads:
+        thread.join()
+    assert slow[0].code == "mcp_cancelled"
+    assert quick == {n: [f"{n}-{i}" for i in range(5)] for n in range(4)}
+    assert call(manager, "tb", "echo", text="after").content == "after"
+
+
 def test_crash_mid_call_then_restart(manager: McpManager) -> None:
     assert call(manager, "tb", "echo", text="warm").content == "warm"
     old_pid = next(s.pid for s in manager.status() if s.server_id == "tb")

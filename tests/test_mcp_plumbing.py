@@ -107,6 +107,30 @@ def test_bridge_deadline_and_cancel_stop_the_coroutine() -> None:
     loop.stop()
 
 
+def test_a_waiting_caller_learns_that_the_loop_stopped() -> None:
+    loop = LoopThread("stopped-under-a-caller")
+    started = threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    raised: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            loop.run(forever(), deadline=time.monotonic() + 30, cancel=threading.Event())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert started.wait(5)
+    loop.stop(timeout=2)
+    thread.join(10)
+    assert not thread.is_alive() and len(raised) == 1 and isinstance(raised[0], LoopClosed)
+
+
 def test_stop_from_the_loop_thread_itself() -> None:
     loop = LoopThread("self-stopping")
     cleaned = threading.Event()

@@ -280,8 +280,7 @@ class McpManager:
     async def _call(self, server_id: str, tool: str, arguments: dict[str, Any], end: float,
                     budget_s: float) -> dict[str, Any]:
         conn = self._conn(server_id)
-        known = conn.cached_tools()
-        if known is not None and tool not in {t.name for t in known}:
+        if conn.knows(tool) is False:
             raise McpError(r.MCP_UNKNOWN_TOOL, f"server {server_id!r} has no tool {tool!r}")
         result = await conn.call(tool, arguments, deadline=end, budget_s=budget_s)
         wire: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)

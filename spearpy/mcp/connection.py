@@ -99,6 +99,7 @@ class Connection:
         self._retry_at = 0.0
         self._closing = False
         self._tools: list[Tool] | None = None
+        self._tool_names: frozenset[str] = frozenset()  # of self._tools, for each call's check
         self._tools_epoch = -1
         self._epoch = 0
         self._list_lock = asyncio.Lock()
@@ -240,6 +241,10 @@ class Connection:
         live = self._gen is not None and self._gen.session is not None
         return self._tools if live and self._tools_epoch == self._epoch else None
 
+    def knows(self, tool: str) -> bool | None:
+        """Whether the current listing has `tool`; None when there is none."""
+        return None if self.cached_tools() is None else tool in self._tool_names
+
     async def list_tools(self, deadline: float) -> list[Tool]:
         gen = await self.ensure(deadline)
         cached = self.cached_tools()
@@ -271,6 +276,7 @@ class Connection:
             except Exception as exc:
                 raise await self._failure(exc, "tools/list", gen) from None
             self._tools, self._tools_epoch = tools[:MAX_TOOLS], epoch
+            self._tool_names = frozenset(t.name for t in self._tools)
             return self._tools
 
     async def call(self, tool: str, arguments: dict[str, Any], *, deadline: float,

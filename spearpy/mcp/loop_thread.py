@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from spearpy.errors import SpearpyError
 
@@ -93,24 +93,41 @@ class LoopThread:
         if self.in_loop_thread():
             coro.close()
             raise RuntimeError("LoopThread.run called from its own loop thread (would deadlock)")
-        future = self.submit(coro)
-        while True:
-            wait = None if cancel is None else CANCEL_POLL_S
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                wait = remaining if wait is None else min(wait, remaining)
+        loop = self._loop
+        if loop is None or self._stopped:
             try:
-                return future.result(timeout=None if wait is None else max(wait, 0.0))
-            except concurrent.futures.TimeoutError:
-                pass
-            except concurrent.futures.CancelledError:
-                raise LoopClosed("the MCP loop thread was stopped during the call") from None
+                loop = self.loop()
+            except LoopClosed:
+                coro.close()
+                raise
+        call: _Call[T] = _Call()
+        try:
+            loop.call_soon_threadsafe(_start, loop, coro, call)
+        except RuntimeError:  # closed between the check and here
+            coro.close()
+            raise LoopClosed("the MCP loop thread was stopped") from None
+        while True:
+            wait = -1.0 if cancel is None else CANCEL_POLL_S
+            if deadline is not None:
+                remaining = max(deadline - time.monotonic(), 0.0)
+                wait = remaining if wait < 0 else min(wait, remaining)
+            if call.done.acquire(True, wait):
+                if call.error is not None:
+                    raise call.error
+                return cast(T, call.value)
             if cancel is not None and cancel.is_set():
-                future.cancel()
+                self._drop(loop, call)
                 raise BridgeCancelled()
             if deadline is not None and time.monotonic() >= deadline:
-                future.cancel()
+                self._drop(loop, call)
                 raise BridgeTimeout()
+            if self._stopped:
+                raise LoopClosed("the MCP loop thread was stopped during the call")
+
+    @staticmethod
+    def _drop(loop: asyncio.AbstractEventLoop, call: _Call[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop has nothing left to cancel
+            loop.call_soon_threadsafe(call.drop)
 
     def stop(self, coro: Coroutine[Any, Any, Any] | None = None, timeout: float = 10.0) -> None:
         """Run `coro` (the owner's cleanup) to completion, then stop the loop
@@ -151,3 +168,44 @@ class LoopThread:
             thread.join(timeout)
         if not loop.is_running():
             loop.close()
+
+
+class _Call(Generic[T]):
+    """One `run`: the coroutine's task and outcome, handed back through a lock
+    the caller waits on. A concurrent Future would cost a Condition, a chain
+    of callbacks and a second lock per call: the hop is most of what an MCP
+    call adds to the SDK's own (docs/mcp.md, "Speed")."""
+
+    __slots__ = ("done", "error", "task", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()  # released once, on the loop, when the task ends
+        self.task: asyncio.Task[T] | None = None
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def finish(self, task: asyncio.Task[T]) -> None:
+        """The task's done callback (loop thread)."""
+        if task.cancelled():
+            # Cancelled by someone other than our caller (who drops first and
+            # has gone): the loop is shutting down.
+            self.error = LoopClosed("the MCP loop thread was stopped during the call")
+        else:
+            self.error = task.exception()
+            if self.error is None:
+                self.value = task.result()
+        self.done.release()
+
+    def drop(self) -> None:
+        """The caller gave up (deadline or cancel; loop thread): cancel the task."""
+        if self.task is not None:
+            self.task.cancel()
+
+
+def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T],
+           call: _Call[T]) -> None:
+    # On the loop, always before the call's `drop`: the caller's thread
+    # schedules both, in that order.
+    call.task = loop.create_task(coro)
+    call.task.add_done_callback(call.finish)
