@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Collection
 
 from spearpy import _json
+from spearpy._term import one_line
 from spearpy.chat.protocol import JSONDict, ToolCall
 
 # id_factory may keep returning taken ids (a model can echo our own format);
@@ -192,11 +193,18 @@ def first_message(body: object) -> JSONDict | None:
     return message if isinstance(message, dict) else None
 
 
+# An upstream's own error message, as a bad response's reason carries it on
+# (to the guest, the run's message, logs and terminals): cut to this many
+# characters, its control characters escaped.
+UPSTREAM_MESSAGE_MAX_CHARS = 2000
+
+
 def bad_response_reason(body: object) -> str:
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return f"upstream returned no choices[0].message: {error['message']}"
+            said = one_line(error["message"], UPSTREAM_MESSAGE_MAX_CHARS)
+            return f"upstream returned no choices[0].message: {said}"
     return "upstream response has no usable choices[0].message"
 
 

@@ -19,10 +19,19 @@ from urllib.parse import urlsplit
 
 import click
 
+from spearpy._term import one_line
 from spearpy.serve.config import TOKEN_ENV
 
 _RUN_PATH = re.compile(r"(.*?)/(?:v1/runs|api/v1/executions)/([^/]+)/?")  # full matches
 SUBPROTOCOL = "spear.stream.v1"
+# What a service says (an error's detail, a close reason, the URL it gave)
+# is printed cut to this many characters, its control characters escaped:
+# as `spearpy mcp list/call` print what a server said.
+SAID_MAX_CHARS = 2000
+
+
+def _said(text: str) -> str:
+    return one_line(text, SAID_MAX_CHARS)
 
 
 class _StreamFailed(click.ClickException):
@@ -66,10 +75,17 @@ def _session_url(url: str, service_token: str | None) -> str:
     try:
         response = httpx.post(endpoint, json={}, headers=headers, timeout=30, trust_env=False)
     except httpx.HTTPError as exc:
-        raise _StreamFailed(f"cannot reach {endpoint}: {exc}") from None
+        raise _StreamFailed(_said(f"cannot reach {endpoint}: {exc}")) from None
     if response.status_code != 200:
-        raise _StreamFailed(f"{endpoint}: {response.status_code} {_detail(response.text)}")
-    ws_url: str = response.json()["ws_url"]
+        raise _StreamFailed(_said(f"{endpoint}: {response.status_code} "
+                                  f"{_detail(response.text)}"))
+    try:
+        ws_url = response.json()["ws_url"]
+    except (ValueError, TypeError, KeyError):
+        ws_url = None
+    if not isinstance(ws_url, str) or not ws_url.startswith(("ws://", "wss://")):
+        raise _StreamFailed(_said(f"{endpoint}: the answer holds no ws:// or wss:// ws_url: "
+                                  f"{response.text}"))
     return ws_url
 
 
@@ -85,7 +101,7 @@ def _detail(body: str | bytes) -> str:
 async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str | None
                 ) -> None:
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
     from websockets.typing import Subprotocol
 
     from spearpy.streams import ssf
@@ -97,10 +113,13 @@ async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str |
         ws = await connect(ws_url, subprotocols=[Subprotocol(SUBPROTOCOL)], compression=None,
                            proxy=None, max_size=None, additional_headers=headers)
     except InvalidStatus as exc:
-        raise _StreamFailed(f"refused: {exc.response.status_code} "
-                          f"{_detail(bytes(exc.response.body or b''))}") from None
+        raise _StreamFailed(_said(f"refused: {exc.response.status_code} "
+                                  f"{_detail(bytes(exc.response.body or b''))}")) from None
+    except InvalidHandshake as exc:  # an answer that is no HTTP response, or too big
+        raise _StreamFailed(_said(f"{ws_url.split('?')[0]}: not a WebSocket handshake: "
+                                  f"{exc}")) from None
     except OSError as exc:
-        raise _StreamFailed(f"cannot connect to {ws_url.split('?')[0]}: {exc}") from None
+        raise _StreamFailed(_said(f"cannot connect to {ws_url.split('?')[0]}: {exc}")) from None
     heard = asyncio.Event()  # set at every frame from the guest
 
     async def receive() -> None:
@@ -136,10 +155,10 @@ async def _talk(ws_url: str, stream_id: int, linger: float, service_token: str |
             task.cancel()
         await ws.close()
     if ws.close_code not in (None, 1000, 1005):
-        raise _StreamFailed(f"the service closed the stream: {ws.close_code} "
-                          f"{ws.close_reason or ''}")
+        raise _StreamFailed(_said(f"the service closed the stream: {ws.close_code} "
+                                  f"{ws.close_reason or ''}"))
     if ws.close_reason:
-        click.echo(f"spearpy stream: {ws.close_reason}", err=True)
+        click.echo(_said(f"spearpy stream: {ws.close_reason}"), err=True)
 
 
 def _stdin_lines(loop: asyncio.AbstractEventLoop) -> asyncio.Queue[bytes | None]:
