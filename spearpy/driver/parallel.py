@@ -1,9 +1,10 @@
 """The calls of one reply run at once (the loop's CallTools).
 
 Calls to sources that can run concurrently (MCP servers, Python tools) go to
-worker threads, at most `max_parallel_tools` at a time; the guest's calls
-stay on the guest's thread (the one running the send), in the model's order,
-while the others run. Only that thread emits events and touches the
+worker threads, at most `max_parallel_tools` at a time, started first; the
+guest's calls stay on the guest's thread (the one running the send), in the
+model's order, while the others run. A batch of guest calls alone runs one
+by one, as ever (no `parallel` field on its events: nothing overlapped). Only that thread emits events and touches the
 journal: a worker runs the source's call and nothing else, then wakes the
 run's waker.
 
@@ -69,6 +70,8 @@ class BatchCalls:
             ) -> tuple[list[ToolOutcome | None], Reason | None]:
         """Each call's outcome, in the batch's order, and what ended the run
         if something did (then a call it cut short has None)."""
+        if all(_is_guest(action) for action in batch.calls):
+            return self._one_by_one(batch)  # nothing to run beside them
         journal = self._run.journal
         if journal is not None and not journal.live_batch():
             return self._one_by_one(batch)
@@ -105,12 +108,17 @@ class _Batch:
         self._recorded = 0  # calls before this index are in the journal
 
     def run(self) -> tuple[list[ToolOutcome | None], Reason | None]:
-        calls = self._calls
+        calls, journaled = self._calls, self._journal is not None
+        if not journaled:
+            # Every non-guest call starts (up to the limit) before the
+            # guest's first one, which then runs beside them.
+            self._waiting.extend(i for i, a in enumerate(self._actions) if not _is_guest(a))
+            self._fill()
         for index, action in enumerate(self._actions):
-            source = action.tool.source
-            if source is None or source.kind != "guest":
-                self._waiting.append(index)
-                self._fill()
+            if not _is_guest(action):
+                if journaled:
+                    self._waiting.append(index)
+                    self._fill()
                 continue
             if self._journal is not None:
                 # Recorded in the model's order: what came before is first.
@@ -229,14 +237,19 @@ class _Batch:
         assert journal is not None
         for index in range(self._recorded, upto):
             action = self._actions[index]
-            source = action.tool.source
-            if source is not None and source.kind == "guest":
+            if _is_guest(action):
                 continue
+            source = action.tool.source
             outcome = self.outcomes[index]
             assert outcome is not None
             journal.tool(source.kind if source is not None else "none", action.call.name,
                          action.arguments, _given(outcome))
         self._recorded = upto
+
+
+def _is_guest(action: CallTool) -> bool:
+    source = action.tool.source
+    return source is not None and source.kind == "guest"
 
 
 def _given(outcome: ToolOutcome) -> Callable[[], ToolOutcome]:
