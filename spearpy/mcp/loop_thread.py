@@ -2,9 +2,9 @@
 
 The MCP SDK is async and its sessions are bound to the loop they were opened
 on, while the host is sync and threaded. A manager owns one `LoopThread`;
-every guest thread hands coroutines to it (`asyncio.run_coroutine_threadsafe`)
-and waits on the future with a deadline and a cancel event. A loop per call
-would reopen every session each time.
+any thread hands it coroutines (`run`, several threads at once) and waits for
+the outcome with a deadline and a cancel event. A loop per call would reopen
+every session each time.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class _Call(Generic[T]):
     """One `run`: the coroutine's task and outcome, handed back through a lock
     the caller waits on. A concurrent Future would cost a Condition, a chain
     of callbacks and a second lock per call: the hop is most of what an MCP
-    call adds to the SDK's own (docs/mcp.md, "Speed")."""
+    call adds to the SDK's own (docs/mcp.md, "Threads and speed")."""
 
     __slots__ = ("done", "error", "task", "value")
 
