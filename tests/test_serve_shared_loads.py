@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spearpy.executors.journals import SharedJournalSpec, shared_spec, shared_store
-from spearpy.journal import JournalReader, SyncPolicy
+from spearpy.journal import JournalError, JournalReader, SyncPolicy
 from spearpy.serve.modules import Loaded, RecentModules
 from spearpy.serve.schema import RunRequest
 
@@ -118,3 +118,44 @@ def test_other_stores_are_not_shared(tmp_path: Path) -> None:
     assert journal_id == "run" and store is not spec.locate()[0]
     with pytest.raises(Exception, match="no journal"):
         JournalReader(store, "run")
+
+
+def test_writers_on_many_threads_share_a_connection_and_keep_their_records(
+        tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = shared_store(f"sqlite:{tmp_path / 'journals.sqlite3'}")
+
+    def journal(index: int) -> None:
+        writer = store.open_writer(f"run{index}", sync=SyncPolicy.NONE)
+        try:
+            for seq in range(5):
+                writer.append(seq, "step", f'{{"run":{index},"seq":{seq}}}'.encode())
+            writer.append(5, "end", b"{}")
+        finally:
+            writer.close()
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(journal, range(48)))
+    for index in range(48):
+        rows = store._read("SELECT seq, record FROM {steps} WHERE journal_id = ? ORDER BY seq",
+                           (f"run{index}",))
+        assert [seq for seq, _ in rows] == list(range(6))
+        assert all(f'"run":{index},' in record for _, record in rows[:5])
+        info = store.info(f"run{index}")
+        assert info is not None and info.ended
+
+
+def test_a_refused_transaction_does_not_take_the_next_writers_records(tmp_path: Path) -> None:
+    store = shared_store(f"sqlite:{tmp_path / 'journals.sqlite3'}")
+    first = store.open_writer("first", sync=SyncPolicy.NONE)
+    second = store.open_writer("second", sync=SyncPolicy.NONE)
+    first.append(0, "start", b"{}")
+    # The same seq again: the end's transaction fails on the primary key and rolls back.
+    with pytest.raises(JournalError):
+        first.append(0, "end", b"{}")
+    second.append(0, "start", b"{}")  # autocommits on its own
+    first.close()
+    second.close()
+    assert store.info("first") is not None and not store.info("first").ended  # type: ignore[union-attr]
+    assert len(store._read("SELECT 1 FROM {steps} WHERE journal_id = 'second'", ())) == 1

@@ -17,13 +17,17 @@ database file is no longer the one it opened (removed, replaced).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from spearpy.durable import JournalSpec
-from spearpy.journal import JournalStore, SyncPolicy, open_store
+from spearpy.journal import JournalStore, SyncPolicy
+from spearpy.journal.sqlite import SQLiteJournalStore
 
 _PREFIX = "sqlite:"
 _MAX_STORES = 8  # distinct databases kept open per process; the oldest is closed past it
@@ -54,7 +58,7 @@ def shared_store(spec: str) -> JournalStore:
         if entry is not None and entry[0] == _identity(path):
             _stores.move_to_end(spec)
             return entry[1]
-    store = open_store(spec)  # outside the lock: it creates the file and its tables
+    store = _SharedWriterStore(path)  # outside the lock: it creates the file and its tables
     identity = _identity(path)
     with _lock:
         old = _stores.pop(spec, None)
@@ -75,3 +79,92 @@ def _identity(path: str) -> tuple[int, int]:
     except OSError:
         return (-1, -1)
     return (stat.st_dev, stat.st_ino)
+
+
+class _SharedWriterStore(SQLiteJournalStore):
+    """The SQLite store whose `none`-policy writers (the service's) share one
+    connection. With one connection per run, the 64 runs of a burst each
+    wanted SQLite's write lock for every record they appended, and one that
+    found it taken slept in SQLite's busy handler (1, 2, 5, 10... ms) while
+    its run waited. One connection takes each record in turn, and holds no
+    lock between them. Writers of the other policies, whose durable commits
+    change the connection's `synchronous`, keep connections of their own."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._shared: _SerialConnection | None = None
+        self._shared_lock = threading.Lock()
+
+    def _connect(self, sync: SyncPolicy | None) -> Any:
+        if sync is not SyncPolicy.NONE:
+            return super()._connect(sync)
+        with self._shared_lock:
+            if self._shared is None:
+                self._shared = _SerialConnection(super()._connect(sync))
+            return self._shared
+
+
+class _SerialConnection:
+    """A connection that writers on many threads share, one statement at a
+    time: a transaction (BEGIN to COMMIT or ROLLBACK) holds it throughout,
+    so no other writer's statement lands inside it, and a statement's rows
+    are read before the next one runs. `close()` leaves it open for the
+    others (it closes with its store)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    def execute(self, sql: str, params: Any = ()) -> _Rows:
+        verb = sql.strip().upper()
+        if verb.startswith("BEGIN"):
+            self._lock.acquire()  # held until the transaction's end
+            try:
+                return self._run(sql, params)
+            except BaseException:
+                self._lock.release()
+                raise
+        if verb in ("COMMIT", "ROLLBACK", "END"):
+            try:
+                return self._run(sql, params)
+            finally:
+                if verb != "ROLLBACK" and self._conn.in_transaction:
+                    # A refused COMMIT leaves its transaction open on the shared
+                    # connection: end it here, or the next writer's records
+                    # would join it.
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                self._lock.release()
+        with self._lock:
+            return self._run(sql, params)
+
+    def _run(self, sql: str, params: Any) -> _Rows:
+        cursor = self._conn.execute(sql, params)
+        description = cursor.description
+        return _Rows(description, cursor.fetchall() if description else [])
+
+    def executemany(self, sql: str, params: Any) -> _Rows:
+        with self._lock:
+            self._conn.executemany(sql, params)
+            return _Rows(None, [])
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def close(self) -> None:
+        pass
+
+
+class _Rows:
+    """What a statement on a shared connection returned, read whole."""
+
+    def __init__(self, description: Any, rows: list[Any]) -> None:
+        self.description = description
+        self._rows = rows
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
