@@ -7,6 +7,8 @@ each side with its own persistent session to its own process of that server.
     SDK's own ClientSession.call_tool awaited in its event loop;
 (b) the same McpManager call vs SPEAR's spawn-per-call pattern (spawn,
     initialize, call, exit) with the SDK;
+(also) the bridge alone (LoopThread.run of a no-op coroutine) against the same
+    SDK call, for information: the share of a call that the thread hop is;
 (c) offering the MCP tools for one send with a warm cache (HostTools.attach)
     vs one completion round trip to the loopback scripted server over the
     real HTTP backend (server in its own process).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +175,17 @@ def run(quick: bool) -> list[Row]:
             if outcome.is_error:
                 raise RuntimeError(f"McpManager call failed: {outcome.content}")
 
+    async def nothing() -> None:
+        return None
+
+    cancel = threading.Event()
+
+    def hops() -> None:
+        # The bridge alone, as a call uses it (a deadline and a cancel event):
+        # the part of M.call.vs_sdk that the SDK awaited in its loop never pays.
+        for _ in range(calls):
+            manager._loop.run(nothing(), deadline=time.monotonic() + 30, cancel=cancel)
+
     def prepare() -> None:
         for fd in used:
             guest.close_fd(fd)
@@ -203,7 +217,7 @@ def run(quick: bool) -> list[Row]:
                 sdk.call_from_thread()
 
         ops: dict[str, Callable[[], Any]] = {
-            "manager": manager_calls, "sdk": sdk_op, "sdk_sync": sdk_from_thread,
+            "manager": manager_calls, "sdk": sdk_op, "sdk_sync": sdk_from_thread, "hop": hops,
             f"loop@{K_LO}": lambda: send(K_LO), f"loop@{K_HI}": lambda: send(K_HI)}
         timed = interleaved(ops, batch=1, repeats=repeats, between=prepare)
         spawned = interleaved({"spawn": spawn_per_call}, batch=1, repeats=spawns, warmup=0)
@@ -225,6 +239,9 @@ def run(quick: bool) -> list[Row]:
             "SDK ClientSession.call_tool from a sync thread (one hop per call)", "us", ours,
             _per_call(timed["sdk_sync"], calls),
             note="information: what spearpy adds beyond the thread hop any sync caller pays"),
+        Row("M.bridge_hop.vs_sdk", "M", "the bridge alone: LoopThread.run of a no-op coroutine",
+            "SDK ClientSession.call_tool, same server", "us", _per_call(timed["hop"], calls),
+            baseline, note="information: the thread hop's share of a call"),
         Row("M.loop_iteration.vs_sdk", "M",
             "auto-loop iteration with an MCP tool (in-process model)",
             "SDK ClientSession.call_tool, same server", "us", loop_iter, baseline,
