@@ -17,11 +17,17 @@ import base64
 import json
 import math
 import re
+import shutil
+import signal
 import struct
-from collections.abc import Iterator
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,8 +36,12 @@ from spearpy.durable import JournalSpec
 from spearpy.embed import RunHandle
 from spearpy.host import Host
 from spearpy.outcome import RunResult
+from spearpy.streams import ssf
 from spearpy.streams.hub import StreamHub, StreamsUnavailable
 from spearpy.testing import ScriptedServer
+from tests.test_serve_durability import processes, start_service
+
+services = processes  # the service processes a test starts, killed at its end
 
 _FIXTURES = [HealthCheck.function_scoped_fixture]
 SAMPLES = Path(__file__).resolve().parents[1] / "wasm-samples"
@@ -272,3 +282,95 @@ def test_a_stub_mic_run_cut_anywhere_plays_on_where_it_stopped(
     after = path.read_text().splitlines()
     assert after[:k + 1] == lines[:k + 1] and _steps(after)[-1]["kind"] == "end"
 
+
+
+# ---- spearpy serve: a stream run survives a restart ----------------------------------
+
+
+def _ask(url: str, question: str) -> bytes:
+    """One question over the run's WebSocket, its answer's words back; the
+    session stays open while the answer comes (closing it ends the guest)."""
+    import asyncio
+
+    from tests.test_streams_ws import recv_frame, ws_connect
+
+    async def talk() -> bytes:
+        async with ws_connect(url) as ws:
+            await ws.send(ssf.build(1, 1, question.encode()))
+            frames = [await recv_frame(ws, WAIT_S)]
+            while frames[-1].meta_json() != {"final": True}:
+                frames.append(await recv_frame(ws, WAIT_S))
+            return b"".join(f.data for f in frames)
+
+    return asyncio.run(talk())
+
+
+def _ws_url(client: httpx.Client, run_id: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    answer = client.post(f"/api/v1/executions/{run_id}/streams/session", json={})
+    while answer.status_code == 503 and time.monotonic() < deadline:  # still resuming
+        assert answer.json()["type"].endswith("run-resuming"), answer.text
+        time.sleep(float(answer.headers["Retry-After"]) / 10)
+        answer = client.post(f"/api/v1/executions/{run_id}/streams/session", json={})
+    assert answer.status_code == 200, answer.text
+    url: str = answer.json()["ws_url"]
+    return url
+
+
+def _until(client: httpx.Client, run_id: str, done: Callable[[dict[str, Any]], bool]
+           ) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        view: dict[str, Any] = client.get(f"/v1/runs/{run_id}").json()
+        if done(view):
+            return view
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id}: {client.get(f'/v1/runs/{run_id}').json()}")
+
+
+def test_a_killed_service_resumes_a_stream_run_and_its_client_reconnects(
+        tmp_path: Path, chat_world: ChatWorld, services: list[subprocess.Popen[str]]) -> None:
+    """A real `spearpy serve` is SIGKILLed between two questions of a
+    stream_chat run; restarted on its state directory it resumes the run,
+    whose streams a new session reaches: the second question is answered,
+    the first is not asked of the model again."""
+    mods = tmp_path / "modules"
+    mods.mkdir()
+    shutil.copy(CHAT, mods / "c_stream_chat.wasm")
+    args = ["--modules", str(mods), "--state-dir", str(tmp_path / "state"),
+            "--base-url", chat_world.server.base_url, "--model", "m", "--api-key-env", "",
+            "--timeout", "120"]
+    first, url = start_service(args)
+    services.append(first)
+    before = len(chat_world.server.requests)
+    with httpx.Client(base_url=url, timeout=WAIT_S) as client:
+        created = client.post("/v1/runs", json={"module": "c_stream_chat",
+                                                "args": ["--summary"]})
+        assert created.status_code == 201, created.text
+        run_id = created.json()["id"]
+        # The session's end would end the guest: the service dies with it open.
+        import asyncio
+
+        from tests.test_streams_ws import recv_frame, ws_connect
+
+        async def first_question() -> bytes:
+            ws = await ws_connect(_ws_url(client, run_id))
+            await ws.send(ssf.build(1, 1, QUESTIONS[0][0].encode()))
+            frames = [await recv_frame(ws, WAIT_S)]
+            while frames[-1].meta_json() != {"final": True}:
+                frames.append(await recv_frame(ws, WAIT_S))
+            first.send_signal(signal.SIGKILL)  # a crash, the client still attached
+            first.wait(WAIT_S)
+            return b"".join(f.data for f in frames)
+
+        assert asyncio.run(first_question()) == (SUM_ANSWER + "\n").encode()
+    assert len(chat_world.server.requests) - before == 2
+    second, url = start_service(args)
+    services.append(second)
+    with httpx.Client(base_url=url, timeout=WAIT_S) as client:
+        assert client.get(f"/v1/runs/{run_id}").json()["status"] == "resumed"
+        assert _ask(_ws_url(client, run_id), QUESTIONS[1][0]) == (HELP_ANSWER + "\n").encode()
+        done = _until(client, run_id, lambda view: view["status"] == "finished")
+    assert (done["outcome"], done["exit_code"]) == ("exited", 0), done
+    assert "session closed: 2 questions answered" in done["stdout"]
+    assert len(chat_world.server.requests) - before == 3  # the first question's two once

@@ -32,7 +32,6 @@ from spearpy.host import Host, LoadedModule
 from spearpy.journal import SyncPolicy
 from spearpy.observe.events import RUN_END, Event, FanOut
 from spearpy.outcome import RunResult, exit_code_for
-from spearpy.serve.auto import needs_service_process
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns
@@ -110,7 +109,6 @@ class RunManager:
         # Every journal the service keeps; replays and forks read it with journaling off too.
         self.journal_store = f"sqlite:{config.state_path / JOURNALS}"
         self._journals = self.journal_store if config.journal else None
-        self._needs: dict[str, bool] = {}  # module sha256 -> needs_service_process
         self.live: dict[str, LiveRun] = {}
         self.draining = False
         self._drain: asyncio.Task[None] | None = None
@@ -139,17 +137,10 @@ class RunManager:
         self._slots.release()
 
     def journal_for(self, run_id: str, module: LoadedModule) -> JournalSpec | None:
-        """Where the run is journaled: with journaling on, every run but those
-        with user streams or the microphone (the journal cannot replay a
-        stream's client yet, docs/durable.md)."""
-        needs = self._needs.get(module.sha256)
-        if needs is None:
-            # Reading a module's imports walks them through wasmtime's C API:
-            # once per module, not per run.
-            if len(self._needs) >= 256:
-                self._needs.clear()
-            needs = self._needs[module.sha256] = needs_service_process(module)
-        return None if needs else self.journal_spec(run_id)
+        """Where the run is journaled: with journaling on, every run (one with
+        user streams or a microphone too: a resumed one gets a hub again, and
+        a client that reconnects reaches it, docs/durable.md)."""
+        return self.journal_spec(run_id)
 
     def journal_spec(self, run_id: str) -> JournalSpec | None:
         if self._journals is None:

@@ -51,6 +51,9 @@ class ServeStreams:
         self.limits = limits or StreamLimits()
         self.tokens = tokens or StreamTokens()
         self.hubs: dict[str, StreamHub] = {}  # service run id -> hub, while the run lives
+        # Runs resumed after a restart that have not started again yet: their
+        # hub comes when they do (a client asking meanwhile is told to retry).
+        self.resuming: set[str] = set()
 
 
 class _StreamingHost:
@@ -77,9 +80,15 @@ class StreamingRunManager(RunManager):
         super().__init__(*args, **kwargs)
         self.streams = streams
 
+    def adopt(self, live: LiveRun) -> None:
+        super().adopt(live)
+        self.streams.resuming.add(live.id)
+        live.done.add_done_callback(lambda _done: self.streams.resuming.discard(live.id))
+
     def _host_for(self, live: LiveRun, host: Host, target: Executor) -> Host:
-        if not target.streams or live.journal is not None:
-            return host  # a journaled run's module has no user stream to reach
+        self.streams.resuming.discard(live.id)
+        if not target.streams:
+            return host
         hub = StreamHub(self.streams.limits)
         self.streams.hubs[live.id] = hub
 
@@ -104,10 +113,13 @@ async def create_session(request: Request) -> Response:
         row = await asyncio.to_thread(service.store.get_run, run_id)
         if row is None:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+        if run_id in streams.resuming:
+            raise Problem(503, f"run {run_id} is resuming after a restart: its streams open "
+                               "when it runs again; retry", slug="run-resuming",
+                          headers={"Retry-After": "1"})
         if run_id in service.runs.live:
             raise Problem(409, f"run {run_id} has no user streams: it runs outside the "
-                               "service's process, or is journaled (its module imports no "
-                               "user_stream_* hostcall); streams need the threads executor "
+                               "service's process; streams need the threads executor "
                                "(--executor threads, or auto for a module that imports "
                                "user_stream_*)", slug="streams-unavailable")
         raise Problem(409, f"run {run_id} has ended: its streams are closed", slug="run-ended")
