@@ -374,3 +374,45 @@ def test_a_killed_service_resumes_a_stream_run_and_its_client_reconnects(
     assert (done["outcome"], done["exit_code"]) == ("exited", 0), done
     assert "session closed: 2 questions answered" in done["stdout"]
     assert len(chat_world.server.requests) - before == 3  # the first question's two once
+
+
+def test_a_device_mic_cut_mid_stream_is_refused_not_waited_on(mic_host: Host,
+                                                                tmp_path: Path) -> None:
+    """The `device` source (no --mic-file): a microphone cannot go back to
+    where the journal stopped. On a machine without one the journaled run
+    fell back to the stub, which its answers do not tell from a device: the
+    resume refuses either way, names the fd, and leaves the journal
+    unended (a replay still serves it)."""
+    params = json.dumps({"source": "device", "sample_rate_hz": 16000, "frame_ms": 20})
+    path = tmp_path / "device.jsonl"
+    live = mic_host.run(MIC, [params, "5"], journal=JournalSpec(path), limits=HANG_GUARD)
+    assert (live.outcome, live.exit_code) == ("exited", 0), live.stdout
+    lines = path.read_text().splitlines()
+    reads = [i for i, s in enumerate(_steps(lines)) if s["kind"] == "hostcall"
+             and s["request"]["call"] == "mic.mic_read"]  # type: ignore[index]
+    cut = _cut(lines, reads[1], tmp_path)
+    resumed = mic_host.run(MIC, [params, "5"], journal=JournalSpec(cut), limits=HANG_GUARD)
+    assert resumed.outcome == "replay_mismatch", resumed.message
+    assert "cannot go on live" in resumed.message
+    assert "live microphone cannot be resumed mid-stream" in resumed.message
+    assert _steps(cut.read_text().splitlines())[-1]["kind"] != "end"
+    replayed = mic_host.run(MIC, [params, "5"], journal=JournalSpec(path, mode="replay"),
+                            limits=HANG_GUARD)
+    assert replayed.stdout == live.stdout
+
+
+def test_a_journal_whose_stream_open_names_another_fd_is_a_mismatch(
+        chat_world: ChatWorld, chat_run: Journaled, tmp_path: Path) -> None:
+    """A hand-edited (or foreign) journal whose ctl open answers an fd the
+    table would not give: the replay stops naming it, no placeholder at a
+    number the guest was never told."""
+    steps = _steps(chat_run.lines)
+    at = next(i for i, s in enumerate(steps) if s["kind"] == "hostcall"
+              and s["request"]["call"] == "user_streams.user_stream_ctl_open")  # type: ignore[index]
+    steps[at]["answer"]["rc"] = 4000  # type: ignore[index]
+    path = tmp_path / "edited.jsonl"
+    path.write_text("".join(json.dumps(s, separators=(",", ":")) + "\n" for s in steps))
+    replayed = chat_world.host.run(CHAT, ["--summary"], journal=JournalSpec(path, mode="replay"),
+                                   limits=HANG_GUARD)
+    assert replayed.outcome == "replay_mismatch", replayed.message
+    assert "user_stream_ctl_open opened fd 4000 in the journaled run" in replayed.message

@@ -110,7 +110,6 @@ def mic_replayed(run: RunContext, name: str, args: tuple[int, ...], rc: int | No
 
 
 def _mics_go_live(run: RunContext) -> Rebuilt:
-    from spearpy.audio.device import DeviceSource
     from spearpy.audio.select import SourceError
     from spearpy.audio.stub import StubSource
     from spearpy.audio.wavfile import FileSource
@@ -121,18 +120,18 @@ def _mics_go_live(run: RunContext) -> Rebuilt:
         entry = run.fds.get(fd, MicFd)
         if entry is None or entry.generation != setup.generation or not entry.running:
             continue  # closed, set up again since, or halted (a limit): nothing runs
+        if setup.params.source == "device" and run.config.mic_file is None:
+            # Whether the journaled run had a device or fell back to the stub
+            # is not in its answers; a device cannot go back in time.
+            done.refused.append(
+                f"fd {fd} (mic): a live microphone cannot be resumed mid-stream (what it "
+                "heard while the run was down is gone)")
+            continue
         try:
             source = open_for(run, setup.params)
         except SourceError as exc:
             done.refused.append(f"fd {fd} (mic): its {setup.params.source} source cannot be "
                                 f"opened again: {exc.message}")
-            continue
-        if isinstance(source, DeviceSource):
-            source.close()
-            done.refused.append(
-                f"fd {fd} (mic): a live microphone cannot be resumed mid-stream (what it "
-                "heard while the run was down is gone); give the run --mic-file to resume it "
-                "from a recording")
             continue
         # A file or the stub plays on where the journal stopped; a user
         # stream's frames came on the session that ended with the crash.
