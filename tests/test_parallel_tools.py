@@ -279,12 +279,12 @@ def test_a_cancel_ends_every_call_of_the_batch_and_answers_each(
 def test_the_run_deadline_ends_the_batch_and_abandons_a_python_call(
         host: Host, gate: Gate) -> None:
     """Two Python calls that would run for a minute: the run's deadline
-    (3 s) ends the send, each call answered with the timeout."""
+    (5 s) ends the send, each call answered with the timeout."""
     events: list[Event] = []
     ended: list[str] = []
     script = calls_then_answer(("block", {"i": 0}), ("block", {"i": 1}))
     try:
-        send(host, script, limits={"timeout": 3.0}, events=events)
+        send(host, script, limits={"timeout": 5.0}, events=events)
     except wasmtime.WasmtimeError as exc:  # the deadline ends the guest once the send returns
         ended.append(str(exc))
     assert gate.started == 2 and not gate.release.is_set()  # both still blocked
