@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -38,7 +39,7 @@ from spearpy.host import Host
 from spearpy.outcome import RunResult
 from spearpy.streams import ssf
 from spearpy.streams.hub import StreamHub, StreamsUnavailable
-from spearpy.testing import ScriptedServer
+from spearpy.testing import ScriptedAsrServer, ScriptedServer
 from tests.test_serve_durability import processes, start_service
 
 services = processes  # the service processes a test starts, killed at its end
@@ -416,3 +417,70 @@ def test_a_journal_whose_stream_open_names_another_fd_is_a_mismatch(
                                    limits=HANG_GUARD)
     assert replayed.outcome == "replay_mismatch", replayed.message
     assert "user_stream_ctl_open opened fd 4000 in the journaled run" in replayed.message
+
+
+# ---- realtime ASR: cut anywhere, reconnect at go-live --------------------------------
+
+RTASR = str(SAMPLES / "c_mic_rtasr.wasm")
+RTASR_KEY_ENV = "SPEARPY_TEST_DURABLE_RTASR_KEY"
+
+
+@dataclass
+class AsrWorld:
+    host: Host
+    asr: ScriptedAsrServer
+    journaled: Journaled
+
+
+@pytest.fixture(scope="module")
+def asr_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsrWorld]:
+    from tests.test_durable_runs import _tone
+
+    key = "sk-durable-asr-property-0123456789"
+    os.environ[RTASR_KEY_ENV] = key
+    where = tmp_path_factory.mktemp("asr")
+    wav = _tone(where / "tone.wav", 24000, 440.0, 1.0)  # 50 frames of 20 ms at 24 kHz
+    try:
+        with ScriptedAsrServer(["one two", "three four"], ms_per_phrase=200, api_key=key) as asr, \
+                Host(cache_dir=None, base_url="http://127.0.0.1:9/v1", api_key_env="",
+                     mic_file=wav, mic_pace="fast", rtasr_url=asr.url,
+                     rtasr_api_key_env=RTASR_KEY_ENV) as host:
+            path = where / "rtasr.jsonl"
+            live = host.run(RTASR, journal=JournalSpec(path), limits=HANG_GUARD)
+            assert (live.outcome, live.exit_code) == ("exited", 0), live.stdout
+            assert len(asr.sessions) == 1
+            yield AsrWorld(host, asr, Journaled(live, path.read_text().splitlines(), 0))
+    finally:
+        os.environ.pop(RTASR_KEY_ENV, None)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=_FIXTURES)
+@given(data=st.data())
+def test_an_rtasr_run_cut_anywhere_reconnects_and_sends_each_frame_once(
+        asr_world: AsrWorld, tmp_path_factory: pytest.TempPathFactory,
+        data: st.DataObject) -> None:
+    """Which transcripts arrive before the mic's end is timing, so the
+    resumed stdout is not compared whole; what is exact: the run ends as the
+    first did (the mic's hup, exit 0), the guest reads each of the file's 50
+    frames once, at most one new connection is made, with the journaled
+    session params, and it is sent only audio written after the resume
+    went live (what the journal holds was sent to the lost one)."""
+    lines = asr_world.journaled.lines
+    k = data.draw(st.integers(1, len(lines) - 2), label="steps kept after start")
+    path = _cut(lines, k, tmp_path_factory.mktemp("cut"))
+    sessions = len(asr_world.asr.sessions)
+    resumed = asr_world.host.run(RTASR, journal=JournalSpec(path), limits=HANG_GUARD)
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    assert b"mic hup" in (resumed.stdout or b"")
+    after = path.read_text().splitlines()
+    assert after[:k + 1] == lines[:k + 1] and _steps(after)[-1]["kind"] == "end"
+    assert sum(rc == 960 for rc in _hostcalls(after, "mic.mic_read")) == 50
+    new = asr_world.asr.sessions[sessions:]
+    assert len(new) <= 1
+    live_written = sum(rc for rc in _hostcalls(after[k + 1:], "rtasr.rtasr_write") if rc > 0)
+    if new:
+        assert asr_world.asr.wait_ended(WAIT_S)
+        assert new[0].updates == asr_world.asr.sessions[0].updates
+        assert new[0].audio_bytes <= live_written
+    else:
+        assert live_written == 0
