@@ -484,3 +484,38 @@ def test_an_rtasr_run_cut_anywhere_reconnects_and_sends_each_frame_once(
         assert new[0].audio_bytes <= live_written
     else:
         assert live_written == 0
+
+
+# ---- the CLI: --stream-stdio with --journal ---------------------------------------------
+
+ECHO = str(SAMPLES / "c_user_stream_echo.wasm")
+
+
+def _spearpy(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "spearpy", *args], input=stdin,
+                          capture_output=True, text=True, timeout=WAIT_S,
+                          cwd=Path(__file__).resolve().parents[1], check=False)
+
+
+def test_the_cli_journals_a_stdio_stream_run_and_resumes_it_with_one(tmp_path: Path) -> None:
+    path = tmp_path / "echo.jsonl"
+    run = _spearpy("run", "--journal", str(path), "--stream-stdio", ECHO, "--", "--summary",
+                   stdin="hello\nworld\n")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "hello\nworld\nsession closed: 2 frames echoed\n"
+    lines = path.read_text().splitlines()
+    replayed = _spearpy("replay", str(path))  # no client, no bridge
+    assert replayed.returncode == 0 and replayed.stdout.endswith("2 frames echoed\n")
+    # Cut after the first frame was echoed: the resume needs the second again.
+    echoed = [i for i, s in enumerate(_steps(lines)) if s["kind"] == "hostcall"
+              and s["request"]["call"] == "user_streams.user_stream_write"]  # type: ignore[index]
+    cut = _cut(lines, echoed[0], tmp_path)
+    refused = _spearpy("resume", str(cut))
+    assert refused.returncode == 138 and "--stream-stdio" in refused.stderr, refused.stderr
+    resumed = _spearpy("run", "--journal", str(cut), "--stream-stdio", ECHO, "--", "--summary",
+                       stdin="world\n")
+    assert resumed.returncode == 0, resumed.stderr
+    # Only the frame sent again is echoed now; the guest counts both.
+    assert resumed.stdout == "world\nsession closed: 2 frames echoed\n"

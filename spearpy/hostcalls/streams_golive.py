@@ -88,11 +88,14 @@ def _mismatch(run: RunContext, what: str) -> HostInterrupt:
 
 def _streams_go_live(run: RunContext) -> Rebuilt:
     done = Rebuilt()
+    held = []
     for fd, entry in run.fds.entries():
         if isinstance(entry, Unbuilt) and entry.call.startswith(f"{_FAMILY}."):
             done.handled.add(fd)
-            done.refused.append(
-                f"fd {fd} ({entry.call}) was opened from the journal and this run has no "
-                "user streams for a client to reach it by: resume it with streams "
-                "(Host.run(streams=...), --stream-stdio, spearpy serve)")
+            held.append(f"fd {fd} ({entry.call.partition('.')[2]})")
+    if held:
+        done.refused.append(
+            f"{', '.join(held)} opened from the journal, and this run has no user streams "
+            "for a client to reach them by: resume it with streams (Host.run(streams=...); "
+            "spearpy run --journal PATH --stream-stdio MODULE; spearpy serve resumes its own)")
     return done
