@@ -165,13 +165,14 @@ def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
 def send(host: Host, script: dict[str, Any], *, params: dict[str, Any] | None = None,
          limits: dict[str, Any] | None = None, guest_tools: bool = False,
          cancel: threading.Event | None = None, events: list[Event] | None = None,
-         ) -> tuple[dict[str, Any], list[Event], list[Any]]:
+         mcp: bool = True) -> tuple[dict[str, Any], list[Event], list[Any]]:
     server: ScriptedServer = host.upstream  # type: ignore[attr-defined]
     server.script = Script.load(script)
     server.clear_requests()
     events = [] if events is None else events
     probe = Probe.__new__(Probe)
-    options = RunOptions(capture_output=True, sinks=[events.append], task=host.task_policy,
+    options = RunOptions(capture_output=True, sinks=[events.append],
+                         task=host.task_policy if mcp else None,
                          limits=limits, cancel=cancel)
     Probe.__init__(probe, host, wat_module("probe.wat"), options)
     try:
@@ -279,12 +280,13 @@ def test_a_cancel_ends_every_call_of_the_batch_and_answers_each(
 def test_the_run_deadline_ends_the_batch_and_abandons_a_python_call(
         host: Host, gate: Gate) -> None:
     """Two Python calls that would run for a minute: the run's deadline
-    (5 s) ends the send, each call answered with the timeout."""
+    (5 s; MCP off, so no server start spends it) ends the send, each call
+    answered with the timeout."""
     events: list[Event] = []
     ended: list[str] = []
     script = calls_then_answer(("block", {"i": 0}), ("block", {"i": 1}))
     try:
-        send(host, script, limits={"timeout": 5.0}, events=events)
+        send(host, script, limits={"timeout": 5.0}, events=events, mcp=False)
     except wasmtime.WasmtimeError as exc:  # the deadline ends the guest once the send returns
         ended.append(str(exc))
     assert gate.started == 2 and not gate.release.is_set()  # both still blocked
