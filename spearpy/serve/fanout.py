@@ -1,8 +1,9 @@
 """One run's events to any number of subscribers, live, with replay.
 
 Lives on the event loop: the run's thread hands events over with
-`loop.call_soon_threadsafe` (after the store committed them), so a channel
-is only ever touched by one thread and needs no lock. Subscribers do not
+`loop.call_soon_threadsafe` (after the store committed them, and once
+someone follows the run), so a channel is only ever changed by one thread
+and needs no lock. Subscribers do not
 own queues: each keeps a cursor (the last seq it sent) and reads what is
 newer from the channel's buffer, so a slow subscriber never makes the
 service hold more than the buffer. Anything older than the buffer (a late
@@ -32,6 +33,13 @@ class Channel:
         self._wake = asyncio.Event()
         self.ended = False
         self.subscribers = 0
+        # Until someone follows the run, its events are only stored, not
+        # published (runs.py): most runs are never watched, and each publish
+        # was a wake-up of the event loop, which under load waits for the GIL
+        # behind the guests. Set once, never cleared: the buffer then holds
+        # every event from its first on, with no gap. Read from the store's
+        # writer thread.
+        self.followed = False
 
     def publish(self, rows: list[EventRow], ended: bool = False) -> None:
         self._rows.extend(rows)
@@ -91,7 +99,18 @@ async def follow(channel: Channel | None, read_store: StoreReader, cursor: int,
                 yield row
         return
     channel.subscribers += 1
+    channel.followed = True
     try:
+        if channel.first_seq() is None:
+            # Nothing published yet: what was committed before anyone
+            # followed is in the store. Set before this read, `followed`
+            # has every event committed after it published.
+            while rows := await read_store(cursor, None):
+                for row in rows:
+                    cursor = row[0]
+                    yield row
+                if channel.first_seq() is not None:
+                    break  # published meanwhile: the buffer goes on from here
         while True:
             first = channel.first_seq()
             if first is not None and cursor + 1 < first:

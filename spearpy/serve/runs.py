@@ -35,7 +35,7 @@ from spearpy.outcome import RunResult, exit_code_for
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns
-from spearpy.serve.fanout import Hub
+from spearpy.serve.fanout import Channel, Hub
 from spearpy.serve.problems import Problem
 from spearpy.serve.schema import RunRequest
 from spearpy.serve.seqs import EventSeqs
@@ -310,8 +310,17 @@ class RunManager:
         self._store_row(live, row)
 
     def _store_row(self, live: LiveRun, row: EventRow) -> None:
-        self._store.append_events(live.id, [row], after=lambda: self._to_loop(
-            self._hub.publish, live.id, [row]))
+        channel = self._hub.get(live.id)
+        self._store.append_events(live.id, [row], after=lambda: self._committed(
+            live.id, channel, row))
+
+    def _committed(self, run_id: str, channel: Channel | None, row: EventRow) -> None:
+        """On the store's writer thread, once `row` is committed: to the
+        run's subscribers, if anyone follows it (fanout.Channel.followed;
+        else a subscriber reads it from the store)."""
+        if channel is not None and not channel.followed:
+            return
+        self._to_loop(self._hub.publish, run_id, [row])
 
     def _to_loop(self, fn: Any, *args: Any) -> None:
         self._handoff.post(fn, *args)
