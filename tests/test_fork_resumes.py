@@ -132,10 +132,35 @@ def test_a_fork_that_wrote_nothing_is_forked_again(host: Host, tmp_path: Path) -
     assert continued_fork(_fork_spec(original, at, empty)) is None
     job = RunJob("k", "m", "0" * 64, journal=_fork_spec(original, at, absent))
     assert resumed_job(job) is job
-    # A job without a journal, or journaled in record mode, goes on as it was.
+    # A job without a journal, or whose journal is not there yet, goes on as it was.
     for same in (RunJob("k", "m", "0" * 64), RunJob("k", "m", "0" * 64,
-                                                   journal=JournalSpec(original))):
+                                                   journal=JournalSpec(absent))):
         assert resumed_job(same) is same
+
+
+def test_a_lost_runs_ended_journal_is_replayed_and_one_without_a_start_is_not_resumed(
+        host: Host, model: ScriptedServer, tmp_path: Path) -> None:
+    """The run ended on its worker, whose death lost the result on the way:
+    its journal gives it back offline. A worker that died creating the
+    journal left nothing to resume from."""
+    original = tmp_path / "original.jsonl"
+    ran = host.run(MULTI, journal=JournalSpec(original))
+    assert ran.outcome == "exited"
+    job = resumed_job(RunJob("k", "m", "0" * 64, journal=JournalSpec(original)))
+    assert isinstance(job, RunJob) and job.journal == JournalSpec(original, mode="replay")
+    asked = len(model.requests)
+    again = host.run(MULTI, journal=job.journal)
+    assert (again.outcome, again.exit_code, again.stdout) == ("exited", 0, ran.stdout)
+    assert len(model.requests) == asked
+    # A fork that ended is replayed from its own journal.
+    (tmp_path / "f").mkdir()
+    forked, at, whole, _stdout = _original_and_fork(host, tmp_path / "f")
+    fork = resumed_job(RunJob("k", "m", "0" * 64, journal=_fork_spec(forked, at, whole)))
+    assert isinstance(fork, RunJob) and fork.journal == JournalSpec(whole, mode="replay")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    why = resumed_job(RunJob("k", "m", "0" * 64, journal=JournalSpec(empty)))
+    assert isinstance(why, str) and "no start record" in why
 
 
 def test_a_fork_whose_journal_does_not_follow_the_forked_one_is_left_as_it_was(

@@ -279,14 +279,17 @@ class ProcessRuns:
     def _resume(self, run: _Run, why: str) -> None:
         """The lost run again on another worker, from its journal: the dead
         worker's writer lock on it went with the process."""
+        job = resumed_job(run.job)  # a fork goes on with its own journal (resumes.py)
+        if isinstance(job, str):
+            run.on_end(worker_lost(f"{why}; {job}"), None)
+            return
+        run.job = job
         run.resumes += 1
         _log.warning("%s; resuming run %s from its journal (%d of at most %d)", why,
                      run.job.key, run.resumes, self.max_resumes)
         if run.on_event is not None:
             run.on_event(Event(RUN_RESUMED, "", -1, time.time(),
                                data={"message": why, "resumes": run.resumes}))
-        # A fork goes on with its own journal, not as a fork again (resumes.py).
-        run.job = resumed_job(run.job)
         self._place(run)
 
 

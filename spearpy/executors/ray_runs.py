@@ -288,17 +288,20 @@ class RayRuns:
         (the dead actor's writer lock on it went with its process), or ended."""
         with self._lock:
             going = not self._closing and self.failure is None
-        if not (going and run.job.journal is not None and not run.cancel.is_set()
-                and run.resumes < self.max_resumes):
+        job: RunJob | str | None = None
+        if going and run.job.journal is not None and not run.cancel.is_set() \
+                and run.resumes < self.max_resumes:
+            job = resumed_job(run.job)  # a fork goes on with its own journal
+        if not isinstance(job, RunJob):
             resumed = f" (resumed {run.resumes} times before)" if run.resumes else ""
-            run.on_end(worker_lost(why + resumed), None)
+            run.on_end(worker_lost(why + resumed + (f"; {job}" if job else "")), None)
             return
+        run.job = job
         run.resumes += 1
         _log.warning("%s; resuming run %s from its journal (%d of at most %d)", why,
                      run.job.key, run.resumes, self.max_resumes)
         if run.on_event is not None:
             run.on_event(resumed_event(why, run.resumes))
-        run.job = resumed_job(run.job)  # a fork goes on with its own journal
         self._place(run)
 
     def _probe(self, slot: int) -> None:

@@ -10,6 +10,13 @@ copying the steps it forks from (before the fork point) first gets the rest
 of them copied, record for record, from the journal it forks, so the steps
 up to the fork point still come from there and not from a live call. A fork
 that had not written its start yet is submitted again as a fork.
+
+A journal that ended (the run ended on the worker, whose death lost its
+result on the way) is replayed instead: offline, the run's output, exit
+code and events come back from it, nothing is asked again. A journal that
+holds no start record yet (its worker died creating it) cannot be resumed:
+the run ends `worker_lost` (`spearpy batch` then runs the input again,
+starting that journal over).
 """
 
 from __future__ import annotations
@@ -34,22 +41,48 @@ def resumed_event(why: str, resumes: int) -> Event:
     return Event(RUN_RESUMED, "", -1, time.time(), data={"message": why, "resumes": resumes})
 
 
-def resumed_job(job: RunJob) -> RunJob:
-    """`job` as it resumes after its worker died. Never raises: a journal
-    that cannot be read here leaves the job as it was, and the worker then
-    reports the journal's error as the run's end."""
+def resumed_job(job: RunJob) -> RunJob | str:
+    """`job` as it resumes after its worker died, or why it cannot (its run
+    then ends worker_lost). A journal that cannot be read here leaves the
+    job as it was: the worker then reports the journal's error as the run's end."""
     spec = job.journal
-    if spec is None or spec.mode != "fork":
-        return job
+    if spec is None or spec.mode == "replay":
+        return job  # a replay is made again whole
     from spearpy.journal import JournalError
 
     try:
-        own = continued_fork(spec)
+        own = continued_fork(spec) if spec.mode == "fork" else spec
+        if own is None:
+            return job  # a fork that wrote nothing: fork again
+        going = _as_it_stands(own)
     except (JournalError, OSError) as exc:
-        _log.warning("run %s: its fork's journal cannot be made whole to resume it: %s",
-                     job.key, exc)
+        _log.warning("run %s: its journal cannot be read to resume it: %s", job.key, exc)
         return job
-    return job if own is None else dataclasses.replace(job, journal=own)
+    if isinstance(going, str):
+        return going
+    return job if going == spec else dataclasses.replace(job, journal=going)
+
+
+def _as_it_stands(spec: JournalSpec) -> JournalSpec | str:
+    """A record-mode journal as the run goes on with it: itself; a replay
+    of it once it ended; why not, when it holds no start record."""
+    store, journal_id = spec.locate()
+    try:
+        info = store.info(journal_id)
+        if info is None:
+            return spec  # never created: the run starts it
+        if info.ended:
+            return dataclasses.replace(spec, mode="replay", until=None)
+        started = False
+        for _record in store.records(journal_id):
+            started = True  # its start: the rest is the resumed run's to read
+            break
+    finally:
+        store.close()
+    if not started:
+        return (f"its journal {journal_id!r} holds no start record (its worker died "
+                "creating it): nothing to resume from")
+    return spec
 
 
 def continued_fork(spec: JournalSpec) -> JournalSpec | None:
@@ -74,7 +107,6 @@ def continued_fork(spec: JournalSpec) -> JournalSpec | None:
                 _copy_until_fork(spec, writer)
     finally:
         store.close()
-    # An ended fork is refused by its resume with the journal's own words.
     return dataclasses.replace(target, mode="record", until=None, fork_into=None)
 
 
