@@ -40,6 +40,7 @@ from spearpy.outcome import RunResult
 from spearpy.streams import ssf
 from spearpy.streams.hub import StreamHub, StreamsUnavailable
 from spearpy.testing import ScriptedAsrServer, ScriptedServer
+from tests.probe import wat_module
 from tests.test_serve_durability import processes, start_service
 
 services = processes  # the service processes a test starts, killed at its end
@@ -519,3 +520,57 @@ def test_the_cli_journals_a_stdio_stream_run_and_resumes_it_with_one(tmp_path: P
     assert resumed.returncode == 0, resumed.stderr
     # Only the frame sent again is echoed now; the guest counts both.
     assert resumed.stdout == "world\nsession closed: 2 frames echoed\n"
+
+
+# ---- a guest that outlives its client's session ----------------------------------------
+
+SESSIONS = wat_module("durable_sessions.wat")
+
+
+def _journaled_past(path: Path, done: Callable[[list[str]], bool], handle: RunHandle) -> None:
+    """Wait until the run's journal (as far as written) satisfies `done`."""
+    deadline = time.monotonic() + WAIT_S
+    while not done(path.read_text().splitlines() if path.exists() else []):
+        assert time.monotonic() < deadline and not handle.done(), "the run went no further"
+        time.sleep(0.01)
+
+
+def _two_sessions(hub: StreamHub, path: Path, handle: RunHandle) -> None:
+    """The client of the journaled run: a session that sends `a` and ends
+    once the guest has read it, then a second that sends `b`."""
+    first = hub.connect()
+    first.push_wait(ssf.build(1, 1, b"a"), WAIT_S)
+    _journaled_past(path, lambda lines: any(
+        rc >= 0 for rc in _hostcalls(lines, "user_streams.user_stream_read")), handle)
+    first.close()
+    hub.connect().push_wait(ssf.build(1, 1, b"b"), WAIT_S)
+
+
+def test_a_session_that_ended_before_the_cut_stays_ended_on_resume(mic_host: Host,
+                                                                    tmp_path: Path) -> None:
+    """Cut after the guest was told its session ended: the stream fd it
+    had (opened again from the journal) is that session's, closed, not
+    handed to the client that connects to the resumed run; the guest's new
+    open reaches that client."""
+    path = tmp_path / "sessions.jsonl"
+    hub = StreamHub()
+    handle = mic_host.start(SESSIONS, streams=hub, journal=JournalSpec(path), limits=HANG_GUARD)
+    _two_sessions(hub, path, handle)
+    live = handle.result(timeout=WAIT_S)
+    assert (live.outcome, live.exit_code) == ("exited", 0), live.message
+    assert live.stdout == b"a" + struct.pack("<i", -32) + b"b"  # EPIPE on the ended stream
+    lines = path.read_text().splitlines()
+    steps = _steps(lines)
+    told = max(i for i, s in enumerate(steps) if s["kind"] == "hostcall"
+               and s["request"]["call"] == "user_streams.user_stream_ctl_read"  # type: ignore[index]
+               and s["answer"]["rc"] == 8)  # type: ignore[index]
+    cut = _cut(lines, told, tmp_path)
+    again = StreamHub()
+    handle = mic_host.start(SESSIONS, streams=again, journal=JournalSpec(cut),
+                            limits=HANG_GUARD)
+    # The client comes once the run is live (it appends past the cut).
+    _journaled_past(cut, lambda lines: len(lines) > told + 1, handle)
+    again.connect().push_wait(ssf.build(1, 1, b"b"), WAIT_S)
+    resumed = handle.result(timeout=WAIT_S)
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    assert resumed.stdout == live.stdout

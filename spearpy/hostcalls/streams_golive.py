@@ -13,6 +13,9 @@ number the journal holds:
 - on a run with a hub (a resume in `Host.run(streams=...)`, `spearpy
   serve`), a real stream fd on the hub's channel for that id: a client that
   connects, before or after the run goes live, reaches the resumed run;
+- a SESSION_CLOSED the guest read from the journal ends the streams it
+  had reopened (StreamHub.end_resumed): they were that session's, and the
+  next one starts fresh, as it did then;
 - on a run without one (a replay: no client needed), a placeholder
   (`durable.golive.Unbuilt`); the run cannot go live while one is open, and
   says so (the go-live hook below) instead of leaving the guest to wait on
@@ -21,19 +24,23 @@ number the journal holds:
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 from spearpy.durable.golive import Rebuilt, Unbuilt
 from spearpy.errors import HostInterrupt
 from spearpy.fds.stream import UserStreamCtlFd, UserStreamFd
+from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 from spearpy.outcome import Outcome
+from spearpy.streams.limits import CTL_SESSION_CLOSED
 
 if TYPE_CHECKING:
     from spearpy.context import RunContext
     from spearpy.fds.base import Fd
 
 _FAMILY = "user_streams"
+CTL_EVENT_BYTES = 8  # one control event: stream id, kind (u32 each)
 
 
 def stream_replayed(run: RunContext, name: str, args: tuple[int, ...], rc: int | None) -> None:
@@ -56,6 +63,13 @@ def stream_replayed(run: RunContext, name: str, args: tuple[int, ...], rc: int |
             _open_as(run, entry, rc, name)
             run.events.emit(ev.STREAM_OPEN, rc, stream_id=stream_id,
                             direction=entry.direction_name)
+    elif name == "user_stream_ctl_read" and rc == CTL_EVENT_BYTES and hub is not None:
+        try:
+            _stream_id, kind = struct.unpack("<II", run.memory.read(args[1], CTL_EVENT_BYTES))
+        except GuestFault:
+            return
+        if kind == CTL_SESSION_CLOSED:
+            hub.end_resumed()
     elif name == "user_stream_read":
         stream = run.fds.get(args[0], UserStreamFd)
         if stream is not None:  # the counters its stream_close event reports

@@ -163,6 +163,23 @@ class StreamHub:
                     self._resumed.add(stream_id)
             return channel
 
+    def end_resumed(self) -> None:
+        """A resumed run's journal says the session its reopened streams were
+        from has ended (the guest read SESSION_CLOSED): those still waiting
+        for a client close, as they did then (EPOLLHUP, EPIPE once empty),
+        and the next session starts fresh ones. Streams a client already
+        attached to this run uses are its own and stay."""
+        with self._lock:
+            ended = [self._channels.pop(stream_id) for stream_id in self._resumed
+                     if stream_id in self._channels]
+            self._resumed.clear()
+            for channel in ended:
+                channel.state = State.CLOSED
+            if ended:
+                self._listed = tuple(self._channels.values())
+        if ended:
+            self.changed()
+
     def open_ctl(self) -> CtlQueue:
         """A control queue holding what already happened in the current session
         (its streams), or that the last session ended: a guest that opens its
