@@ -161,6 +161,14 @@ def test_a_lost_runs_ended_journal_is_replayed_and_one_without_a_start_is_not_re
     empty.write_bytes(b"")
     why = resumed_job(RunJob("k", "m", "0" * 64, journal=JournalSpec(empty)))
     assert isinstance(why, str) and "no start record" in why
+    # A run that had timed out: a replay would run out of answers, not time.
+    lines = original.read_text().splitlines()
+    end = {**json.loads(lines[-1]), "outcome": "timeout", "exit_code": 124}
+    timed_out = tmp_path / "timed-out.jsonl"
+    timed_out.write_text("\n".join([*lines[:-1], json.dumps(end, separators=(",", ":"))])
+                         + "\n")
+    why = resumed_job(RunJob("k", "m", "0" * 64, journal=JournalSpec(timed_out)))
+    assert isinstance(why, str) and "ended timeout (exit code 124)" in why
 
 
 def test_a_fork_whose_journal_does_not_follow_the_forked_one_is_left_as_it_was(

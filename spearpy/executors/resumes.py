@@ -13,7 +13,9 @@ that had not written its start yet is submitted again as a fork.
 
 A journal that ended (the run ended on the worker, whose death lost its
 result on the way) is replayed instead: offline, the run's output, exit
-code and events come back from it, nothing is asked again. A journal that
+code and events come back from it, nothing is asked again; but a run that
+had ended `timeout` or `cancelled`, which a replay does not give again,
+ends `worker_lost` saying how it had ended. A journal that
 holds no start record yet (its worker died creating it) cannot be resumed:
 the run ends `worker_lost` (`spearpy batch` then runs the input again,
 starting that journal over).
@@ -31,7 +33,7 @@ from spearpy.observe.events import Event
 
 if TYPE_CHECKING:
     from spearpy.durable import JournalSpec
-    from spearpy.journal.store import StoreWriter
+    from spearpy.journal.store import JournalStore, StoreWriter
 
 _log = logging.getLogger("spearpy.executors")
 
@@ -72,7 +74,7 @@ def _as_it_stands(spec: JournalSpec) -> JournalSpec | str:
         if info is None:
             return spec  # never created: the run starts it
         if info.ended:
-            return dataclasses.replace(spec, mode="replay", until=None)
+            return _replay_of_ended(spec, store, journal_id)
         started = False
         for _record in store.records(journal_id):
             started = True  # its start: the rest is the resumed run's to read
@@ -83,6 +85,24 @@ def _as_it_stands(spec: JournalSpec) -> JournalSpec | str:
         return (f"its journal {journal_id!r} holds no start record (its worker died "
                 "creating it): nothing to resume from")
     return spec
+
+
+# Endings a replay does not give again: the clock or a caller made them, not
+# the journal's answers (a replay of a timed-out run runs out of answers instead).
+_NOT_REPLAYED = frozenset({"timeout", "cancelled", "worker_lost"})
+
+
+def _replay_of_ended(spec: JournalSpec, store: JournalStore, journal_id: str
+                     ) -> JournalSpec | str:
+    from spearpy.journal.records import End
+
+    end = None
+    for record in store.records(journal_id):
+        end = record
+    if isinstance(end, End) and end.outcome in _NOT_REPLAYED:
+        return (f"its run had ended {end.outcome} (exit code {end.exit_code}) before its "
+                "result was lost with the worker")
+    return dataclasses.replace(spec, mode="replay", until=None)
 
 
 def continued_fork(spec: JournalSpec) -> JournalSpec | None:
