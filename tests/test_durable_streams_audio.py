@@ -574,3 +574,21 @@ def test_a_session_that_ended_before_the_cut_stays_ended_on_resume(mic_host: Hos
     resumed = handle.result(timeout=WAIT_S)
     assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
     assert resumed.stdout == live.stdout
+
+
+def test_a_mic_call_on_an_fd_that_is_no_mic_does_not_stop_the_resume(mic_host: Host,
+                                                                      tmp_path: Path) -> None:
+    """mic_ctl on the guest's epoll fd (EBADF) set nothing up: a resume cut
+    after it goes live (it was refused: the fd was taken for one whose
+    source a replay had not opened)."""
+    wasm = wat_module("durable_wrong_fd.wat")
+    path = tmp_path / "wrong.jsonl"
+    live = mic_host.run(wasm, journal=JournalSpec(path), limits=HANG_GUARD)
+    assert (live.outcome, live.exit_code) == ("exited", 0), live.message
+    assert (live.stdout or b"")[:4] == struct.pack("<i", -9)  # EBADF
+    lines = path.read_text().splitlines()
+    assert _steps(lines)[1]["request"]["call"] == "mic.mic_ctl"  # type: ignore[index]
+    cut = _cut(lines, 1, tmp_path)
+    resumed = mic_host.run(wasm, journal=JournalSpec(cut), limits=HANG_GUARD)
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    assert (resumed.stdout or b"")[:4] == struct.pack("<i", -9)

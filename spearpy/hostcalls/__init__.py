@@ -118,7 +118,10 @@ def _implementation(family: HostcallFamily, name: str) -> HostFn:
     fn = _on_first_call(family, name) if family.lazy else family.function(name)
     hostcall = family.calls[name]
     replayed = None if family.on_replayed is None else family.replay_hook
-    return _journaled(f"{family.name}.{name}", fn, hostcall.sets_up_fd, replayed) \
+    # A family with a replay hook rebuilds (or refuses) its own fds at go-live;
+    # the journal's own check is for those without one.
+    sets_up_fd = hostcall.sets_up_fd and replayed is None
+    return _journaled(f"{family.name}.{name}", fn, sets_up_fd, replayed) \
         if hostcall.journaled else fn
 
 
