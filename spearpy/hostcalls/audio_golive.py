@@ -86,7 +86,7 @@ def mic_replayed(run: RunContext, name: str, args: tuple[int, ...], rc: int | No
     if name == "mic_ctl" and args[1] == mic.MIC_CTL_SET_PARAM and (
             rc == 0 or rc in _FAILED_START):
         try:
-            configured = mic.configure(run, entry, args[2], args[3])
+            configured = mic.configure(run, entry, args[2], args[3], count_running=False)
         except GuestFault:
             configured = abi.EFAULT
         if isinstance(configured, int):

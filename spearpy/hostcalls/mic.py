@@ -86,11 +86,12 @@ def _set_param(run: RunContext, entry: MicFd, arg_ptr: int, arg_len_ptr: int) ->
     return 0
 
 
-def configure(run: RunContext, entry: MicFd, arg_ptr: int,
-              arg_len_ptr: int) -> tuple[MicParams, int] | int:
+def configure(run: RunContext, entry: MicFd, arg_ptr: int, arg_len_ptr: int, *,
+              count_running: bool = True) -> tuple[MicParams, int] | int:
     """A set-param's params and queue size, or the errno that refuses them
     (the part of a set-param that depends on the guest alone: a replay
-    makes it again, spearpy/hostcalls/audio_golive.py)."""
+    makes it again, spearpy/hostcalls/audio_golive.py, without counting the
+    mics running: a replayed mic whose source ended then still looks so)."""
     length = run.memory.read_u32(arg_len_ptr)
     run.memory.check(arg_ptr, length)
     if length > MAX_MIC_PARAM_BYTES:
@@ -106,7 +107,8 @@ def configure(run: RunContext, entry: MicFd, arg_ptr: int,
     elif entry.stub_pcm16 is not None:
         params = dataclasses.replace(params, stub_pcm16=entry.stub_pcm16)
     running = sum(1 for _fd, other in run.fds.entries()
-                  if isinstance(other, MicFd) and other is not entry and other.running)
+                  if isinstance(other, MicFd) and other is not entry and other.running
+                  ) if count_running else 0
     if running >= MAX_RUNNING_MICS:
         entry.fail_start(f"{running} mics are running in this run; at most "
                          f"{MAX_RUNNING_MICS} at once")
