@@ -41,9 +41,23 @@ from spearpy.serve import BackgroundServer, ServeConfig, create_app
 from spearpy.testing import ScriptedServer
 from tests.test_durable_cli import MULTI_SCRIPT, _slow, _tool_messages
 from tests.test_serve_api import modules_dir, sse_events
-from tests.test_serve_resume import PATIENCE_S, _start_mid_request, _wait_finished
+from tests.test_serve_resume import PATIENCE_S, _journal_kinds, _wait_finished
 
 cluster, where = sys.argv[1], Path(sys.argv[2])
+
+
+def start_mid_request(client, model):
+    # A c_multi_tool run once its journal holds a completion and the model
+    # holds the next (test_serve_resume's, saying where the run is if not).
+    run = client.post("/v1/runs", json={"module": "c_multi_tool"}).json()
+    deadline = time.monotonic() + 2 * PATIENCE_S
+    while time.monotonic() < deadline:
+        answered = _journal_kinds(client, run).count("chat.completion")
+        if answered >= 1 and len(model.requests) == answered + 1:
+            return run
+        time.sleep(0.02)
+    view = client.get(f"/v1/runs/{run['id']}").json()
+    raise AssertionError(f"no completion in flight after one journaled: {view}")
 
 
 def kill_busy(executor, not_pid=None):
@@ -67,7 +81,7 @@ with ScriptedServer(_slow(MULTI_SCRIPT, 700)) as model:
     with BackgroundServer(create_app(config), grace=0.5) as service, \\
             httpx.Client(base_url=service.url, timeout=PATIENCE_S) as client:
         executor = service.app.state.service.runs.executor
-        run = _start_mid_request(client, model)
+        run = start_mid_request(client, model)
         killed = kill_busy(executor)
         done = _wait_finished(client, run["id"])
         events = [r for _i, r in sse_events(client.get(f"/v1/runs/{run['id']}/events"))]
@@ -78,7 +92,7 @@ with ScriptedServer(_slow(MULTI_SCRIPT, 700)) as model:
                                        if e["kind"] == "run_resumed"]}
         # max_resumes=1: the second actor to die under a run ends it.
         model.clear_requests()
-        run = _start_mid_request(client, model)
+        run = start_mid_request(client, model)
         lost = executor.workers_lost
         first = kill_busy(executor)
         # Once the executor has seen the death (the dead actor out of use),
