@@ -390,3 +390,29 @@ def test_resume_of_a_remote_run_without_its_key_refuses_before_anything(
     resumed = _spearpy("resume", crashed, cwd=tmp_path, env=_child_env(OPENAI_API_KEY=KEY))
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == original.stdout
+
+
+# ---- a journaled run against a cassette ----------------------------------------------
+
+
+def test_resume_reports_a_cassette_replay_mismatch_as_run_does(tmp_path: Path) -> None:
+    """A run replaying a cassette (`--backend replay:FILE`) whose live part
+    misses it failed as a replay, whatever its guest made of the error body:
+    `spearpy run` says replay_mismatch and exits 138, and so must the
+    resume that goes on live against the same cassette."""
+    cassette = tmp_path / "run.cassette.json"
+    recorded = _spearpy("run", "--no-cache", "--backend",
+                        f"scripted:{SAMPLES / 'scripts' / 'multi_tool.json'}", "--model", "m",
+                        "--record", cassette, MULTI_WASM, cwd=tmp_path)
+    assert recorded.returncode == 0, recorded.stderr
+    journal = tmp_path / "run.jsonl"
+    done = _spearpy("run", "--no-cache", "--backend", f"replay:{cassette}", "--journal",
+                    journal, MULTI_WASM, cwd=tmp_path)
+    assert done.returncode == 0 and _kinds(journal)[-1] == "end", done.stderr
+    crashed = _cut(journal, tmp_path / "crashed.jsonl", 4)
+    data = json.loads(cassette.read_text())
+    data["exchanges"] = data["exchanges"][:1]  # the resume's live requests miss it
+    cassette.write_text(json.dumps(data))
+    resumed = _spearpy("resume", crashed, cwd=tmp_path)
+    assert resumed.returncode == 138, resumed.stdout + resumed.stderr
+    assert "spearpy: replay_mismatch: " in resumed.stderr

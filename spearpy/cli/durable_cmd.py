@@ -114,6 +114,7 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
                stdin_file: Any, observe: dict[str, Any]) -> None:
     from spearpy.durable import run_arguments
     from spearpy.host import Host
+    from spearpy.outcome import exit_code_for
 
     try:
         arguments = run_arguments(start, module=module_path,
@@ -129,7 +130,14 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
         # gone since, a hand-edited start), which is bad input, not a crash.
         raise click.ClickException(f"the journaled run cannot start here: {exc}") from None
     finally:
+        mismatch = host.replay_mismatch()
         host.close()
     if result.outcome != "exited":
         click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
+    if mismatch is not None:
+        # As `spearpy run`: a run against a cassette (--cassette-mode replay)
+        # whose request missed it failed as a replay, whatever its guest made
+        # of the error body it was given.
+        click.echo(f"spearpy: replay_mismatch: {mismatch}", err=True)
+        sys.exit(exit_code_for("replay_mismatch"))
     sys.exit(result.exit_code)

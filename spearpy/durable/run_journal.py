@@ -16,24 +16,25 @@ new journal and goes on live with other flags from there.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from spearpy.chat.protocol import CompletionResult, ToolOutcome, UpstreamError
+from spearpy.durable.digests import RequestDigests
 from spearpy.durable.golive import GoLiveHook, refusals
 from spearpy.durable.recording import RecordingMemory
 from spearpy.errors import HostInterrupt
-from spearpy.journal import JournalError, JournalFull, ReplayDiverged
-from spearpy.journal.records import canonical, hostcall_answer, hostcall_writes
+from spearpy.journal import JournalCorrupt, JournalError, JournalFull, ReplayDiverged
+from spearpy.journal.records import Digested, hostcall_answer, hostcall_writes
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.backends.base import CompletionRequest
     from spearpy.context import RunContext
     from spearpy.journal import JournalReader, JournalWriter
+    from spearpy.observe.scrub import SecretScrubber
 
 HostcallFn = Callable[..., "int | None"]
 
@@ -64,7 +65,7 @@ class RunJournal:
         self._unbuilt: dict[int, str] = {}
         self._at_go_live: list[GoLiveHook] = []  # the families that rebuild them
         self._refused_live = False  # it could not go live: not how its run ended
-        self._digests = _RequestDigests()
+        self._digests = RequestDigests()
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -122,6 +123,8 @@ class RunJournal:
                 run.memory.write(ptr, data)
             rc: int | None = answer["rc"]
             return rc
+        if call not in _LOCAL_CALLS:
+            self._before_world_call()  # a transcription server, a device: not this process
         recorder = RecordingMemory(run.memory)
         run.memory = recorder
         try:
@@ -150,20 +153,23 @@ class RunJournal:
                    complete: Callable[[], CompletionResult | None]) -> CompletionResult | None:
         """One completion of a send: journaled, or asked upstream and recorded
         (a cancelled one, None, is not an answer and is not recorded)."""
-        asked = {"digest": self._digests.of(request)}
-        answer = self._replayed("chat.completion", asked)
+        digest = self._digests.of(request, self._scrubber_any())
+        answer = self._replayed("chat.completion", Digested(digest))
         if answer is not None:
             error = answer.get("error")
             return CompletionResult(backend=answer["backend"], model=answer["model"],
                                     body=answer.get("body"),
                                     error=UpstreamError(**error) if error else None,
                                     latency_ms=float(answer.get("latency_ms", 0.0)))
+        self._before_world_call()
         result = complete()
-        if result is not None:
-            self._append("chat.completion", asked, {
+        writer = self.writer
+        if result is not None and writer is not None and self._appending():
+            error = result.error
+            self._appended(self._full_as_interrupt(lambda: writer.append_completion(digest, {
                 "backend": result.backend, "model": result.model, "body": result.body,
-                "error": asdict(result.error) if result.error is not None else None,
-                "latency_ms": result.latency_ms, "t": self._t()})
+                "error": asdict(error) if error is not None else None,
+                "latency_ms": result.latency_ms, "t": self._t()})))
         return result
 
     def tool(self, source: str, name: str, arguments: str,
@@ -174,8 +180,13 @@ class RunJournal:
         if answer is not None:
             fields = {k: v for k, v in answer.items() if k != "t"}
             return ToolOutcome(**fields)
+        self._before_world_call()
         outcome = call()
         self._append("tool.outcome", request, {**asdict(outcome), "t": self._t()})
+        # Written at once: a batch (driver/parallel.py) records its calls'
+        # outcomes here and starts more calls while fewer than its limit are
+        # started and not yet written, which a crash would make again.
+        self._before_world_call()
         return outcome
 
     def guest_tool(self, name: str, arguments: str, outcome: ToolOutcome) -> None:
@@ -191,7 +202,10 @@ class RunJournal:
                 self._append("guest_tool.output", request, answer)
             return
         self._stop_if_replay_only("guest_tool.output")
-        self._append("guest_tool.output", request, answer)
+        writer = self.writer
+        if writer is not None and self._appending():
+            self._appended(self._full_as_interrupt(lambda: writer.append_guest_output(
+                name, arguments, outcome.ok, outcome.output, outcome.error_code)))
 
     def live_batch(self) -> bool:
         """Whether the calls of one reply may run at once (driver/parallel.py):
@@ -203,6 +217,7 @@ class RunJournal:
         if self.replaying or self.writer is None:
             return False
         self._go_live()
+        self._before_world_call()
         return True
 
     # ---- replaying and recording ------------------------------------------------
@@ -256,24 +271,47 @@ class RunJournal:
         return round(self._elapsed_ms + (time.monotonic() - self._live_since) * 1000.0, 3)
 
     def _append(self, kind: str, request: Any, answer: Any) -> None:
-        if self.writer is None:
-            return
-        if self._run is not None and self._run.interrupts.run_reason() is not None:
-            # The run is ending (cancelled, out of time): what the host reads
-            # on its way out (the send loop's closing clock, a cancelled
-            # tool's error) is no answer the guest went on with, and a
-            # resume (a stopped batch input's) would diverge at it.
-            return
-        try:
-            size = self.writer.append(kind, request, answer)
-        except JournalFull as exc:
-            raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+        writer = self.writer
+        if writer is not None and self._appending():
+            self._appended(self._full_as_interrupt(
+                lambda: writer.append(kind, request, answer)))
+
+    def _appending(self) -> bool:
+        # The run is ending (cancelled, out of time): what the host reads
+        # on its way out (the send loop's closing clock, a cancelled
+        # tool's error) is no answer the guest went on with, and a
+        # resume (a stopped batch input's) would diverge at it.
+        return self._run is None or self._run.interrupts.run_reason() is None
+
+    def _appended(self, size: int) -> None:
         self._unsynced = True
         if self._run is not None:
             self._run.charge(size, "the run's journal")
 
+    @staticmethod
+    def _full_as_interrupt(append: Callable[[], int]) -> int:
+        try:
+            return append()
+        except JournalFull as exc:
+            raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+
+    def _before_world_call(self) -> None:
+        """About to ask the world something this journal cannot take back (a
+        completion, a tool's call): what was journaled so far is written
+        first, and durable as the policy says (the last send's sync done),
+        so a crash from here on loses no answer but this call's."""
+        if self.writer is not None:
+            self.writer.flush()
+
     def _scrubber(self) -> Any:
         return self.writer.scrubber if self.writer is not None else None
+
+    def _scrubber_any(self) -> SecretScrubber:
+        """The run's scrubber, which the writer and the reader share."""
+        if self.writer is not None:
+            return self.writer.scrubber
+        assert self.reader is not None
+        return self.reader.scrubber
 
     @staticmethod
     def _diverged_as_interrupt(read: Callable[[], Any]) -> Any:
@@ -281,41 +319,16 @@ class RunJournal:
             return read()
         except ReplayDiverged as exc:
             raise HostInterrupt(Outcome.REPLAY_MISMATCH, str(exc)) from None
+        except JournalCorrupt as exc:
+            # A damaged step cannot answer: the replay stops there as at the
+            # end of a journal cut short, and nothing is appended after it.
+            raise HostInterrupt(Outcome.REPLAY_MISMATCH,
+                                f"the journal cannot be replayed past here: {exc}") from None
 
 
-class _RequestDigests:
-    """What a completion asks, as the journal compares it: a digest of the
-    messages, the tools and the forwarded params (not the model: a fork may
-    ask another, and a resume checks it with the flags at step 0; nor the
-    timeout, deadline or callbacks, which say how it is asked, not what).
-
-    A send's messages are one list that grows in place, so the digest of
-    the history is kept and fed only what was appended since the last
-    completion (re-encoding the whole conversation at every completion grew
-    with it). Live and replay build it by the same steps, so equal
-    conversations give equal digests."""
-
-    __slots__ = ("_count", "_history", "_messages", "_tools", "_tools_digest")
-
-    def __init__(self) -> None:
-        self._messages: list[Any] | None = None
-        self._count = 0
-        self._history = hashlib.sha256()
-        self._tools: list[Any] | None = None
-        self._tools_digest = b""
-
-    def of(self, request: CompletionRequest) -> str:
-        messages = request.messages
-        if messages is not self._messages or len(messages) < self._count:
-            self._messages, self._count, self._history = messages, 0, hashlib.sha256()
-        for message in messages[self._count:]:
-            self._history.update(canonical(message))
-            self._history.update(b"\n")
-        self._count = len(messages)
-        if request.tools is not self._tools or not self._tools_digest:
-            self._tools = request.tools
-            self._tools_digest = hashlib.sha256(canonical(request.tools)).digest()
-        digest = self._history.copy()
-        digest.update(self._tools_digest)
-        digest.update(canonical({"params": request.params, "stream": request.stream}))
-        return digest.hexdigest()
+# Hostcalls answered by this process alone (a clock, randomness): the
+# buffered journal is not written out before them, as it is before any
+# other call of the outside world (a device, a transcription server).
+_LOCAL_CALLS = frozenset({
+    "host.clock", "system.time_now_ms", "system.wall_time_s", "system.random_i64",
+    "wasi.clock_time_get", "wasi.random_get"})

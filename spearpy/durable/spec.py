@@ -101,8 +101,10 @@ def open_run_journal(spec: JournalSpec, start: Start, secrets: list[str]) -> Run
     if existing.ended:
         raise JournalError(f"journal {journal_id!r} has ended: its run is over (replay it "
                            "with `spearpy replay`, or journal this run elsewhere)")
+    # Not validated on opening: the reader decodes and checks every record
+    # before the run goes live and appends (one pass over the journal, not two).
     writer = JournalWriter.open(store, journal_id, secrets=secrets, max_bytes=spec.max_bytes,
-                                sync=spec.sync)
+                                sync=spec.sync, buffered=True, validate=False)
     try:
         reader = JournalReader(store, journal_id, secrets=secrets)
         reader.check_start(start)
@@ -115,7 +117,7 @@ def open_run_journal(spec: JournalSpec, start: Start, secrets: list[str]) -> Run
 def _new_writer(spec: JournalSpec, store: JournalStore, journal_id: str, start: Start,
                 secrets: list[str]) -> JournalWriter:
     writer = JournalWriter.open(store, journal_id, secrets=secrets, max_bytes=spec.max_bytes,
-                                sync=spec.sync)
+                                sync=spec.sync, buffered=True)
     try:
         writer.write_start(start)
         writer.sync()

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spearpy.journal._lock import lock_fd
+from spearpy.journal._sync import BackgroundSync
 from spearpy.journal.errors import JournalCorrupt, JournalError
-from spearpy.journal.records import END, decode
+from spearpy.journal.records import END, Record, decode
 from spearpy.journal.store import (
     DEFAULT_MAX_JOURNAL_BYTES,
     JournalInfo,
@@ -48,7 +49,8 @@ class FileJournalStore(JournalStore):
     def path_of(self, journal_id: str) -> Path:
         return self.directory / f"{check_id(journal_id)}{SUFFIX}"
 
-    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND) -> StoreWriter:
+    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND,
+                    validate: bool = True) -> StoreWriter:
         path = self.path_of(journal_id)
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -59,21 +61,26 @@ class FileJournalStore(JournalStore):
             lock_fd(fd, f"journal {str(path)!r}")
             if created and sync is not SyncPolicy.NONE:
                 _sync_dir(self.directory)  # the new file's name survives a power cut too
-            return self._repaired_writer(journal_id, path, fd, sync)
+            return self._repaired_writer(journal_id, path, fd, sync, validate)
         except BaseException:
             os.close(fd)
             raise
 
     def _repaired_writer(self, journal_id: str, path: Path, fd: int,
-                         sync: SyncPolicy) -> _FileWriter:
+                         sync: SyncPolicy, validate: bool) -> _FileWriter:
         """Validate every complete line (an error names a damaged one), then
-        cut a torn tail off so the next record starts a line of its own."""
+        cut a torn tail off so the next record starts a line of its own.
+        Not validating, the lines are counted, and only the last decoded
+        (is it the end?): the caller reads them all before appending."""
         count, ended = 0, False
-        for record in self.records(journal_id):
-            count, ended = count + 1, record.kind == END
+        if validate:
+            for record in self.records(journal_id):
+                count, ended = count + 1, record.kind == END
         try:
             size = os.fstat(fd).st_size
             good = _complete_length(fd, size)
+            if not validate:
+                count, ended = _count_lines(fd, good), _ends_with_end(path)
             if good != size:
                 os.ftruncate(fd, good)
                 os.fsync(fd)
@@ -98,7 +105,23 @@ class FileJournalStore(JournalStore):
         path = self.path_of(journal_id)
         return JournalInfo(journal_id, _ends_with_end(path)) if path.is_file() else None
 
-    def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
+    def last_record(self, journal_id: str) -> Record | None:
+        path = self.path_of(journal_id)
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                fd = handle.fileno()
+                end = _complete_length(fd, os.fstat(fd).st_size)
+                if not end:
+                    return None
+                start = _line_start(fd, end - 1, self.max_record_bytes, path)
+                line = os.pread(fd, end - 1 - start, start)
+        except FileNotFoundError:
+            raise JournalError(f"no journal {str(path)!r}") from None
+        except OSError as exc:
+            raise JournalError(f"cannot read journal {str(path)!r}: {exc.strerror}") from exc
+        return self._decoded(journal_id, "its last line", line)
+
+    def _lines(self, journal_id: str, after: int = -1) -> Iterator[tuple[str, bytes]]:
         path = self.path_of(journal_id)
         try:
             handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below, generator
@@ -107,9 +130,12 @@ class FileJournalStore(JournalStore):
         except OSError as exc:
             raise JournalError(f"cannot read journal {str(path)!r}: {exc.strerror}") from exc
         with handle:
+            # Line n holds step n - 1: a page after `after` skips as many
+            # lines, found but not decoded.
             for number, line in enumerate(
                     _complete_lines(handle, self.max_record_bytes, path), start=1):
-                yield f"line {number}", line
+                if number > after + 1:
+                    yield f"line {number}", line
 
 
 class _FileWriter(StoreWriter):
@@ -119,10 +145,20 @@ class _FileWriter(StoreWriter):
         self._path = path
         self._fd: int | None = fd
         self._sync = sync
+        self._syncer: BackgroundSync | None = None
 
     def append(self, seq: int, kind: str, line: bytes) -> None:
+        self._write(line + b"\n", seq, kind == END)
+
+    def append_many(self, records: list[tuple[int, str, bytes]]) -> None:
+        if records:
+            self._write(b"".join([line + b"\n" for _, _, line in records]), records[-1][0],
+                        records[-1][1] == END)
+
+    def _write(self, lines: bytes, last_seq: int, ends: bool) -> None:
+        """Lines whole or none of them: a failed write is cut back off."""
         fd = self._open_fd()
-        data = memoryview(line + b"\n")
+        data = memoryview(lines)
         before = self.bytes_used
         try:
             while data:
@@ -137,22 +173,38 @@ class _FileWriter(StoreWriter):
                 self.close()  # the file cannot be made whole: no more appends
             raise JournalError(f"cannot append to journal {str(self._path)!r}: "
                                f"{exc.strerror}") from exc
-        self.bytes_used = before + len(line) + 1
-        self.next_seq = seq + 1
-        self.ended = self.ended or kind == END
+        self.bytes_used = before + len(lines)
+        self.next_seq = last_seq + 1
+        self.ended = self.ended or ends
 
     def sync(self) -> None:
         if self._sync is SyncPolicy.SEND:
+            self.sync_wait()
             try:
                 os.fdatasync(self._open_fd())
             except OSError as exc:
                 raise JournalError(f"cannot sync journal {str(self._path)!r}: "
                                    f"{exc.strerror}") from exc
 
+    def sync_begin(self) -> None:
+        if self._sync is SyncPolicy.SEND:
+            if self._syncer is None:
+                self._syncer = BackgroundSync(self._open_fd(), str(self._path))
+            self._syncer.begin()
+
+    def sync_wait(self) -> None:
+        if self._syncer is not None:
+            self._syncer.wait()
+
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)  # releases the flock
+        syncer, self._syncer = self._syncer, None
+        try:
+            if syncer is not None:
+                syncer.stop()  # its last sync done before the fd closes
+        finally:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)  # releases the flock
 
     def _open_fd(self) -> int:
         if self._fd is None:
@@ -174,6 +226,18 @@ def _open_append(path: Path) -> tuple[int, bool]:
             continue  # created meanwhile: open that one
 
 
+def _count_lines(fd: int, length: int) -> int:
+    """The newlines in the file's first `length` bytes."""
+    count, offset = 0, 0
+    while offset < length:
+        chunk = os.pread(fd, min(_CHUNK, length - offset), offset)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        offset += len(chunk)
+    return count
+
+
 def _sync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -191,6 +255,21 @@ def _complete_length(fd: int, size: int) -> int:
         newline = chunk.rfind(b"\n")
         if newline >= 0:
             return start + newline + 1
+        end = start
+    return 0
+
+
+def _line_start(fd: int, newline: int, limit: int, path: Path) -> int:
+    """Where the line ending at offset `newline` starts."""
+    end = newline
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        if newline - start > limit:
+            raise JournalCorrupt(f"journal {str(path)!r}'s last line is longer than a record "
+                                 f"may be ({limit} bytes)")
         end = start
     return 0
 

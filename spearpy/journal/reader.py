@@ -44,8 +44,19 @@ class JournalReader:
         if not isinstance(first, Start):
             raise JournalError(f"journal {journal_id!r} is empty: no start record")
         self.start: Start = first
-        self._next: Record | None = next(self._records, None)
+        self._broken: JournalError | None = None
+        self._next: Record | None = self._read_next()
         self.served = 0  # steps answered so far
+
+    def _read_next(self) -> Record | None:
+        """The next record. A damaged one stops the reader for good: its
+        error again at every later step, never "no more steps" (which
+        would let a resume go live past the damage and append after it)."""
+        try:
+            return next(self._records, None)
+        except JournalError as exc:
+            self._broken = exc  # raised when the step it should have been is asked for
+            return None
 
     @property
     def next_seq(self) -> int:
@@ -59,7 +70,7 @@ class JournalReader:
     @property
     def exhausted(self) -> bool:
         """No step left to serve: from here the run goes on live (or has ended)."""
-        return not isinstance(self._next, Step)
+        return self._broken is None and not isinstance(self._next, Step)
 
     def check_start(self, start: Start, fields: Iterable[str] = START_CHECKED) -> None:
         """ReplayDiverged at step 0 when `start` differs from the journal's in `fields`."""
@@ -90,6 +101,8 @@ class JournalReader:
 
     def _take(self, kind: str, request: Any) -> Step:
         spec = kind_of(kind)
+        if self._broken is not None:
+            raise self._broken
         seq = self.next_seq
         where = f"journal {self.journal_id!r} step {seq}"
         step = self._next
@@ -111,8 +124,8 @@ class JournalReader:
             difference = first_difference(step.request, inline, "request")
         if difference is not None:
             raise ReplayDiverged(seq, f"{where} ({kind}) diverges at {difference}")
-        self._next = next(self._records, None)
         self.served += 1
+        self._next = self._read_next()
         return step
 
 

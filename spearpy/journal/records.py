@@ -42,6 +42,9 @@ from typing import Any
 
 from spearpy import __version__, _json
 from spearpy._term import one_line
+from spearpy.journal._jsonenc import canonical as canonical
+from spearpy.journal._jsonenc import line_text as line_text
+from spearpy.journal._jsonenc import sha256_json as sha256_json
 from spearpy.journal.errors import JournalCorrupt, JournalError
 from spearpy.observe.scrub import SecretScrubber
 
@@ -157,20 +160,22 @@ def kind_of(name: str) -> Kind:
             from None
 
 
-def canonical(value: Any) -> bytes:
-    try:
-        return _CANONICAL.encode(value).encode("ascii")
-    except (TypeError, ValueError) as exc:
-        raise JournalError(f"not JSON: {exc}") from exc
+@dataclass(frozen=True, slots=True)
+class Digested:
+    """A request given in its stored form, its sha256 (of its canonical JSON,
+    scrubbed): a completion's, which the run keeps incrementally rather than
+    encoding the whole conversation again at every completion."""
 
-
-def sha256_json(value: Any) -> str:
-    return hashlib.sha256(canonical(value)).hexdigest()
+    sha256: str
 
 
 def stored_request(kind: Kind, request: Any, scrubber: SecretScrubber) -> tuple[Any, str | None]:
     """(request, None) or (None, its sha256), as a step of `kind` stores it:
     scrubbed, its digested fields replaced. Replay compares these forms."""
+    if isinstance(request, Digested):
+        if not kind.digest_request:
+            raise JournalError(f"a {kind.name} request is stored whole, not as a digest")
+        return None, request.sha256
     value = scrubber.value(request)
     if kind.digest_fields and isinstance(value, dict):
         value = {(f"{k}_sha256" if k in kind.digest_fields else k):
@@ -180,7 +185,7 @@ def stored_request(kind: Kind, request: Any, scrubber: SecretScrubber) -> tuple[
         return None, hashlib.sha256(encoded).hexdigest()
     # As a reader decodes it (a tuple as a list, a key as a string), so the
     # request a replay is asked compares equal to the stored one.
-    return json.loads(_LINE.encode(value)), None
+    return json.loads(line_text(value)), None
 
 
 def stored_answer(kind: Kind, answer: Any, scrubber: SecretScrubber) -> Any:
@@ -284,10 +289,7 @@ def _check_hostcall(step: Step) -> None:
 
 # ---- encoding ---------------------------------------------------------------------
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-# Keys in insertion order (seq, kind first, for a reader of the file); ASCII so
-# no store has to care about encodings, and no raw newline can end a line early.
-_LINE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+
 
 
 def encode(record: Record) -> bytes:
@@ -311,8 +313,8 @@ def encode(record: Record) -> bytes:
     else:
         obj.update(outcome=record.outcome, exit_code=record.exit_code)
     try:
-        return _LINE.encode(obj).encode("ascii")
-    except (TypeError, ValueError) as exc:
+        return line_text(obj).encode("ascii")
+    except (TypeError, ValueError, RecursionError) as exc:
         raise JournalError(f"step {record.seq} ({record.kind}) is not JSON: {exc}") from exc
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spearpy.journal.errors import JournalCorrupt, JournalError
-from spearpy.journal.records import END
+from spearpy.journal.records import END, Record
 from spearpy.journal.store import (
     DEFAULT_MAX_JOURNAL_BYTES,
     PAGE_BYTES,
@@ -102,7 +102,10 @@ class SQLJournalStore(JournalStore):
                 self._reader = self._connect(None)
             return self._query(self._reader, sql, params)
 
-    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND) -> StoreWriter:
+    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND,
+                    validate: bool = True) -> StoreWriter:
+        # Rows are whole and numbered by the database: counting them is
+        # validation enough to append after them (records() checks each).
         check_id(journal_id)
         conn = self._connect(sync)
         try:
@@ -137,17 +140,35 @@ class SQLJournalStore(JournalStore):
         rows = self._read("SELECT id, ended FROM {journals} WHERE id = ?", (journal_id,))
         return JournalInfo(str(rows[0][0]), bool(rows[0][1])) if rows else None
 
-    def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
-        after = -1
+    def last_record(self, journal_id: str) -> Record | None:
+        check_id(journal_id)
+        rows = self._read("SELECT seq, length(record) FROM {steps} WHERE journal_id = ? "
+                          "ORDER BY seq DESC LIMIT 1", (journal_id,))
+        if not rows:
+            if not self._read("SELECT 1 FROM {journals} WHERE id = ?", (journal_id,)):
+                raise JournalError(f"no journal {journal_id!r} in the store")
+            return None
+        seq, length = rows[0]
+        if length > self.max_record_bytes:
+            raise JournalCorrupt(f"journal {journal_id!r} step {seq} is longer than "
+                                 f"a record may be ({self.max_record_bytes} bytes)")
+        [(record,)] = self._read("SELECT record FROM {steps} WHERE journal_id = ? AND seq = ?",
+                                 (journal_id, seq))
+        return self._decoded(journal_id, f"step {seq}",
+                             str(record).encode("utf-8", "surrogateescape"))
+
+    def _lines(self, journal_id: str, after: int = -1) -> Iterator[tuple[str, bytes]]:
+        first = True
         while True:
             sizes = self._read("SELECT seq, length(record) FROM {steps} WHERE journal_id = ? "
                                "AND seq > ? ORDER BY seq LIMIT ?",
                                (journal_id, after, PAGE_RECORDS))
             if not sizes:
-                if after < 0 and not self._read("SELECT 1 FROM {journals} WHERE id = ?",
-                                                (journal_id,)):
+                if first and not self._read("SELECT 1 FROM {journals} WHERE id = ?",
+                                            (journal_id,)):
                     raise JournalError(f"no journal {journal_id!r} in the store")
                 return
+            first = False
             upto, total = after, 0
             for seq, length in sizes:
                 if length > self.max_record_bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
@@ -66,9 +66,24 @@ class StoreWriter(ABC):
         """Store one encoded record (no newline) whole, or raise JournalError
         having stored none of it. An `end` record marks the journal ended."""
 
+    def append_many(self, records: list[tuple[int, str, bytes]]) -> None:
+        """Store (seq, kind, line) records in order (the file store in one
+        write). On JournalError, `next_seq` and `bytes_used` say how many
+        of them were stored: the first ones, whole."""
+        for seq, kind, line in records:
+            self.append(seq, kind, line)
+
     @abstractmethod
     def sync(self) -> None:
         """Make every append so far durable (policy `send`; the others need nothing)."""
+
+    def sync_begin(self) -> None:
+        """Start making every append so far durable; `sync_wait` waits for
+        it. Stores that cannot sync beside their appends sync here."""
+        self.sync()
+
+    def sync_wait(self) -> None:  # noqa: B027 - a store that syncs in sync_begin waits for none
+        """Return once the last `sync_begin`'s sync is done (JournalError if it failed)."""
 
     @abstractmethod
     def close(self) -> None:
@@ -91,9 +106,13 @@ class JournalStore(ABC):
         self.max_record_bytes = max_record_bytes
 
     @abstractmethod
-    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND) -> StoreWriter:
+    def open_writer(self, journal_id: str, *, sync: SyncPolicy = SyncPolicy.SEND,
+                    validate: bool = True) -> StoreWriter:
         """Open a journal for appending, creating it if new; a journal that
-        exists goes on after its last record. JournalBusy if another writer has it."""
+        exists goes on after its last record. JournalBusy if another writer has it.
+        `validate=False`: the caller reads every record through `records()`
+        before it appends (a resume's reader does), so the file store need
+        not decode them all first as well."""
 
     @abstractmethod
     def list(self) -> list[JournalInfo]:
@@ -105,21 +124,30 @@ class JournalStore(ABC):
         return next((i for i in self.list() if i.id == journal_id), None)
 
     @abstractmethod
-    def _lines(self, journal_id: str) -> Iterator[tuple[str, bytes]]:
-        """(where, line) for each stored record in order, `where` naming it
-        for an error ("line 7", "step 6"); read a page at a time. JournalError
-        when there is no such journal."""
+    def _lines(self, journal_id: str, after: int = -1) -> Iterator[tuple[str, bytes]]:
+        """(where, line) for each stored record after seq `after` in order,
+        `where` naming it for an error ("line 7", "step 6"); read a page at
+        a time. JournalError when there is no such journal."""
 
-    def records(self, journal_id: str) -> Iterator[Record]:
+    def last_record(self, journal_id: str) -> Record | None:
+        """The journal's last record (None when it has none), read alone:
+        the records before it are neither read nor checked."""
+        check_id(journal_id)
+        last = None
+        for _where, line in self._lines(journal_id):
+            last = line
+        return None if last is None else self._decoded(journal_id, "its last record", last)
+
+    def records(self, journal_id: str, after: int = -1) -> Generator[Record, None, None]:
         """The journal's records in order, checked: each decodes, seqs follow
-        0, 1, 2... with the start first and nothing after the end."""
+        0, 1, 2... with the start first and nothing after the end. `after`:
+        only those after that seq (a page of a long journal; the ones before
+        it are skipped without being decoded, nor checked)."""
         check_id(journal_id)
         ended = False
-        for expected, (where, line) in enumerate(self._lines(journal_id)):
-            try:
-                record = decode(line)
-            except JournalCorrupt as exc:
-                raise JournalCorrupt(f"journal {journal_id!r} {where}: {exc}") from None
+        first = max(after + 1, 0)
+        for expected, (where, line) in enumerate(self._lines(journal_id, after), start=first):
+            record = self._decoded(journal_id, where, line)
             problem = None
             if record.seq != expected:
                 problem = f"has seq {record.seq}, expected {expected}"
@@ -132,6 +160,13 @@ class JournalStore(ABC):
                 raise JournalCorrupt(f"journal {journal_id!r} {where} {problem}")
             ended = record.kind == END
             yield record
+
+    @staticmethod
+    def _decoded(journal_id: str, where: str, line: bytes) -> Record:
+        try:
+            return decode(line)
+        except JournalCorrupt as exc:
+            raise JournalCorrupt(f"journal {journal_id!r} {where}: {exc}") from None
 
     def close(self) -> None:  # noqa: B027 - stores without connections need nothing
         """Release what the store holds; idempotent."""

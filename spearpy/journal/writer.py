@@ -17,11 +17,12 @@ from types import TracebackType
 from typing import Any
 
 from spearpy.journal.errors import JournalError, JournalFull
+from spearpy.journal.lines import EncodedScrub, completion_line, guest_output_line
 from spearpy.journal.records import (
     END,
     MAX_OUTCOME_CHARS,
+    START,
     End,
-    Record,
     Start,
     encode,
     make_step,
@@ -36,29 +37,47 @@ from spearpy.observe.scrub import SecretScrubber
 
 # As cassettes: shorter "secrets" would scrub ordinary words.
 MIN_SECRET_LENGTH = 4
+COMPLETION = "chat.completion"
+GUEST_OUTPUT = "guest_tool.output"
+_BUFFER_BYTES = 1 << 16  # buffered records past this are written without waiting
 
 
 class JournalWriter:
     """Appends one run's records in order; safe to call from several threads
-    (each record is numbered and stored under one lock)."""
+    (each record is numbered and stored under one lock).
+
+    `buffered`: records are numbered, sized and charged as they are
+    appended but reach the store together at the next `flush()` (one
+    write for the lot), which a run calls before each paid call (a
+    completion, a tool that is not the guest's), at each send's end and at
+    its end. So a crash of the process loses at most the records since the
+    last paid call was made: at most that call is made again by a resume,
+    as when the crash comes while it is in flight."""
 
     def __init__(self, handle: StoreWriter, *, secrets: Iterable[str] = (),
-                 max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES, buffered: bool = False) -> None:
         self._handle = handle
         self.scrubber = SecretScrubber(secrets, min_length=MIN_SECRET_LENGTH)
+        self._scrub = EncodedScrub(self.scrubber)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._buffered = buffered
+        self._pending: list[tuple[int, str, bytes]] = []
+        self._pending_bytes = 0
+        self._next_seq = handle.next_seq
+        self._bytes_used = handle.bytes_used
 
     @classmethod
     def open(cls, store: JournalStore, journal_id: str, *, secrets: Iterable[str] = (),
-             max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES,
-             sync: SyncPolicy = SyncPolicy.SEND) -> JournalWriter:
-        """A writer on a new journal, or going on after an existing one's last record."""
-        handle = store.open_writer(journal_id, sync=sync)
+             max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES, sync: SyncPolicy = SyncPolicy.SEND,
+             buffered: bool = False, validate: bool = True) -> JournalWriter:
+        """A writer on a new journal, or going on after an existing one's last
+        record (`validate`: see JournalStore.open_writer)."""
+        handle = store.open_writer(journal_id, sync=sync, validate=validate)
         if handle.ended:
             handle.close()
             raise JournalError(f"journal {journal_id!r} has ended: nothing can be added to it")
-        return cls(handle, secrets=secrets, max_bytes=max_bytes)
+        return cls(handle, secrets=secrets, max_bytes=max_bytes, buffered=buffered)
 
     @property
     def journal_id(self) -> str:
@@ -66,11 +85,11 @@ class JournalWriter:
 
     @property
     def next_seq(self) -> int:
-        return self._handle.next_seq
+        return self._next_seq
 
     @property
     def bytes_used(self) -> int:
-        return self._handle.bytes_used
+        return self._bytes_used
 
     def start(self, *, module: bytes, argv: Iterable[str], env: Iterable[str], stdin: bytes,
               limits: dict[str, Any], flags: dict[str, Any]) -> int:
@@ -82,16 +101,37 @@ class JournalWriter:
     def write_start(self, record: Start) -> int:
         """Write step 0 as given (a run knows its module by digest only)."""
         with self._lock:
-            if self._handle.next_seq:
+            if self._next_seq:
                 raise JournalError(f"journal {self.journal_id!r} has started already")
-            return self._write(record)
+            return self._write(START, encode(record))
 
     def append(self, kind: str, request: Any, answer: Any) -> int:
         """Write the next step: an answer of `kind` to `request`; its size in bytes."""
         with self._lock:
             self._check_open()
-            return self._write(make_step(self._handle.next_seq, kind, request, answer,
-                                         self.scrubber))
+            return self._write(kind, encode(make_step(self._next_seq, kind, request, answer,
+                                                      self.scrubber)))
+
+    def append_completion(self, request_sha256: str, answer: Any) -> int:
+        """append("chat.completion", Digested(request_sha256), answer), faster."""
+        with self._lock:
+            self._check_open()
+            return self._write(COMPLETION, completion_line(
+                self._next_seq, request_sha256, answer, self._scrub, self.scrubber))
+
+    def append_guest_output(self, name: str, arguments: str, ok: bool, output: str,
+                            error_code: str | None) -> int:
+        """append("guest_tool.output", {"name", "arguments"}, [ok, output,
+        error_code]), faster."""
+        with self._lock:
+            self._check_open()
+            seq = self._next_seq
+            line = guest_output_line(seq, name, arguments, ok, output, error_code,
+                                     self.scrubber)
+            if line is None:
+                line = encode(make_step(seq, GUEST_OUTPUT, {"name": name, "arguments": arguments},
+                                        [ok, output, error_code], self.scrubber))
+            return self._write(GUEST_OUTPUT, line)
 
     def end(self, outcome: str, exit_code: int) -> int:
         """Write the end record (never refused for size) and mark the journal ended."""
@@ -99,16 +139,33 @@ class JournalWriter:
             raise JournalError(f"an outcome is a name of at most {MAX_OUTCOME_CHARS} characters")
         with self._lock:
             self._check_open()
-            return self._write(End(self._handle.next_seq, outcome, int(exit_code)))
+            size = self._write(END, encode(End(self._next_seq, outcome, int(exit_code))))
+            self._flush()
+            return size
+
+    def flush(self) -> None:
+        """Hand the buffered records to the store (one write), and wait for
+        the last send's sync if it is still running on its worker: what was
+        journaled is written, and durable as the policy says, before the
+        caller makes its next paid call."""
+        with self._lock:
+            self._flush()
+            self._handle.sync_wait()
 
     def sync(self) -> None:
-        """A send completed: under policy `send`, make everything so far durable."""
+        """A send completed: under policy `send`, make everything so far
+        durable. The file store syncs on a worker, waited for by the next
+        `flush` (before the next paid call) or `close`."""
         with self._lock:
-            self._handle.sync()
+            self._flush()
+            self._handle.sync_begin()
 
     def close(self) -> None:
         with self._lock:
-            self._handle.close()
+            try:
+                self._flush()
+            finally:
+                self._handle.close()
 
     def __enter__(self) -> JournalWriter:
         return self
@@ -118,19 +175,43 @@ class JournalWriter:
         self.close()
 
     def _check_open(self) -> None:
-        if self._handle.ended:
+        if self._handle.ended or self._ended:
             raise JournalError(f"journal {self.journal_id!r} has ended")
-        if not self._handle.next_seq:
+        if not self._next_seq:
             raise JournalError(f"journal {self.journal_id!r} has no start record yet")
 
-    def _write(self, record: Record) -> int:
-        line = encode(record)
+    @property
+    def _ended(self) -> bool:
+        return bool(self._pending) and self._pending[-1][1] == END
+
+    def _write(self, kind: str, line: bytes) -> int:
+        seq = self._next_seq
         size = len(line) + 1
-        total = self._handle.bytes_used + size
-        if record.kind != END and total > self.max_bytes:
+        total = self._bytes_used + size
+        if kind != END and total > self.max_bytes:
             raise JournalFull(
-                f"journal {self.journal_id!r} is full: step {record.seq} ({record.kind}, "
+                f"journal {self.journal_id!r} is full: step {seq} ({kind}, "
                 f"{size} bytes) would take it to {total} bytes, past max_journal_bytes "
                 f"{self.max_bytes}")
-        self._handle.append(record.seq, record.kind, line)
+        if self._buffered:
+            self._pending.append((seq, kind, line))
+            self._pending_bytes += size
+            if self._pending_bytes >= _BUFFER_BYTES:
+                self._flush()  # a guest reading the clock in a loop, say
+        else:
+            self._handle.append(seq, kind, line)
+        self._next_seq, self._bytes_used = seq + 1, total
         return size
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending, self._pending_bytes = [], 0
+        try:
+            self._handle.append_many(pending)
+        except BaseException:
+            # Number on from what the store holds (append_many says how
+            # many it stored), so a later record follows its last.
+            self._next_seq, self._bytes_used = self._handle.next_seq, self._handle.bytes_used
+            raise

@@ -38,8 +38,9 @@ class JournalPages:
     def page(self, run_id: str, after: int, limit: int, content: bool
              ) -> tuple[list[dict[str, Any]], bool]:
         """Up to `limit` steps after seq `after`, and whether more follow. The
-        store reads its records a page at a time: none is held beyond these."""
-        records = (r for r in self._opened(run_id).records(run_id) if r.seq > after)
+        store reads from there (keyset), a page at a time: a journal's last
+        page costs what its first does."""
+        records = self._opened(run_id).records(run_id, after=max(after, -1))
         steps = [{"seq": r.seq, "kind": r.kind,
                   **({"summary": summary(r, self._redact)} if content else {})}
                  for r in itertools.islice(records, limit + 1)]
@@ -47,17 +48,22 @@ class JournalPages:
 
     def outline(self, run_id: str) -> tuple[Start, int]:
         """The journal's start, and its last step that answers something (a
-        replay or fork can start from): the end record is none. Read through
-        a page at a time."""
-        records = self._opened(run_id).records(run_id)
-        start = next(records, None)
+        replay or fork can start from): the end record is none. Two records
+        read, the first and the last (seqs follow one another, so the step
+        before the end is the end's seq less one); the replay or fork reads
+        and checks the rest."""
+        store = self._opened(run_id)
+        records = store.records(run_id)
+        try:
+            start = next(records, None)
+        finally:
+            records.close()
         if not isinstance(start, Start):
             raise JournalError(f"journal {run_id!r} is empty: no start record")
-        last = 0
-        for record in records:
-            if not isinstance(record, End):
-                last = record.seq
-        return start, last
+        last = store.last_record(run_id)
+        if last is None or isinstance(last, Start):
+            return start, 0
+        return start, last.seq - 1 if isinstance(last, End) else last.seq
 
     def _opened(self, run_id: str) -> JournalStore:
         with self._lock:

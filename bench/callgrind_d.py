@@ -1,0 +1,124 @@
+"""D's P5 row counted in instructions: `python -m bench.callgrind_d [--k-lo 1 --k-hi 25]`.
+
+bench.callgrind_p5's P5 iteration (the same constant model, stopped epoch
+ticker, fixed hash seed, slope between two processes), three ways: no
+journal, a journal (file store on tmpfs, --journal-sync send, as D's
+wall-clock row), and a journal with an API key set (the scrubber has a
+secret to look for). Printed: instructions per iteration on the main thread
+(the guest's path) and on every thread (the journal's sync worker
+included), and the journal's cost as a ratio to no journal.
+
+`--inner K --mode M` is the measured process itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.callgrind_p5 import K_HI, K_LO, SENDS, _ConstantModel
+
+MODES = ("none", "journal", "key")
+KEY = "sk-bench-0123456789abcdefghijklmnopqrstuv"
+
+
+def inner(k: int, k_max: int, mode: str, directory: str) -> None:
+    from bench.d_durable import _journal
+    from bench.guests import LiveGuest
+    from bench.peers import PROMPT
+    from bench.upstream import install_backend
+    from spearpy import _native
+    from spearpy.host import Host
+
+    host = Host(cache_dir=None, model="bench", base_url="http://127.0.0.1:9/v1")
+    model = _ConstantModel(k_max)
+    install_backend(host, model)
+    guest = LiveGuest(host)
+    host._ticker.stop()
+    if mode != "none":
+        _journal(guest.run, Path(directory) / "p5.jsonl", [KEY] if mode == "key" else None)
+    fds = []
+    for _ in range(SENDS + 1):
+        fd = guest.session()
+        guest.write_msg(fd, "user", PROMPT)
+        fds.append(fd)
+    previous = _native.enter_run(guest.run)
+    try:
+        for n, fd in enumerate(fds):
+            model.reset(k if n else 2)
+            if n == 1:
+                gc.collect()
+                gc.freeze()
+                os.getppid()  # --zero-before=os_getppid
+            reply = guest.recv(guest.send(fd)).decode()
+            if '"done"' not in reply.replace('\\"', '"'):
+                raise RuntimeError(f"the send did not finish: {reply[:300]}")
+        os.getpgrp()  # --dump-before=os_getpgrp
+    finally:
+        _native.enter_run(previous)
+    os._exit(0)
+
+
+def _count(args: list[str], out_dir: Path) -> tuple[int, int]:
+    """(main thread, all threads) instructions between the two markers."""
+    out = out_dir / ("cg." + "_".join(args).replace("-", "").replace("/", ""))
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--zero-before=os_getppid",
+         "--dump-before=os_getpgrp", f"--callgrind-out-file={out}", sys.executable,
+         "-m", "bench.callgrind_d", *args],
+        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts = {}
+    for dump in out_dir.glob(f"{out.name}.*-01"):
+        for line in dump.read_text().splitlines():
+            if line.startswith(("totals:", "summary:")):
+                counts[dump.name] = int(line.split()[1])
+                break
+    main = counts.get(f"{out.name}.1-01")
+    if main is None:
+        raise RuntimeError(f"no main-thread totals for {out}")
+    return main, sum(counts.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k-lo", type=int, default=K_LO)
+    parser.add_argument("--k-hi", type=int, default=K_HI)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--inner", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--k-max", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner is not None:
+        inner(args.inner, args.k_max or args.inner, args.mode or "none", args.dir or ".")
+        return
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    per: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="spearpy-callgrind-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="spearpy-callgrind-j-", dir=shm) as journals:
+        k_hi = str(args.k_hi)
+        for mode in args.modes.split(","):
+            counts = []
+            for k in (str(args.k_lo), k_hi):
+                where = Path(journals) / f"{mode}-{k}"
+                where.mkdir()
+                counts.append(_count(["--inner", k, "--k-max", k_hi, "--mode", mode,
+                                      "--dir", str(where)], Path(tmp)))
+            span = (args.k_hi - args.k_lo) * SENDS
+            per[mode] = ((counts[1][0] - counts[0][0]) / span,
+                         (counts[1][1] - counts[0][1]) / span)
+    base = per.get("none")
+    for mode, (main_thread, every) in per.items():
+        ratio = f"  {main_thread / base[0]:.3f}x / {every / base[1]:.3f}x none" if base else ""
+        print(f"D P5 callgrind {mode:8s}: {main_thread:,.0f} instructions per iteration on "
+              f"the main thread, {every:,.0f} on every thread{ratio}")
+
+
+if __name__ == "__main__":
+    main()
