@@ -101,6 +101,7 @@ class ToolLoop:
         # The longest output on_tool_result passes without output_content
         # (none when results are cached: the cache needs the key).
         self._plain_max = limits.max_tool_output_bytes if not limits.cache_tool_results else -1
+        self._parallel = limits.max_parallel_tools > 1  # read once a call
         self._specs = registry.specs()
         self._start()
 
@@ -320,7 +321,7 @@ class ToolLoop:
                 return None
             stats.tool_calls += 1
             action = CallTool(call, tool, call.arguments)
-            if limits.max_parallel_tools > 1 and len(self._queue) > 1:
+            if self._parallel and len(self._queue) > 1:
                 batch = self._batch(action, key)
                 if batch is not None:
                     self._awaiting = batch

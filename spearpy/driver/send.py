@@ -115,7 +115,14 @@ def run_send(run: RunContext, session: ChatSession, flags: int) -> ChatResponse:
                 action = _interrupt(run, fd, loop, reason)
                 break
             action = loop.on_tool_result(action.call.id, calls.call_tool(action), True)
-        elif isinstance(action, CallTools):
+        elif isinstance(action, Complete):
+            if (reason := stops.run_reason()) is not None:
+                action = _interrupt(run, fd, loop, reason)
+                break
+            result = calls.complete(action)
+            if result is not None:  # None: cancelled mid-request; the next turn ends the send
+                action = loop.on_completion(result, True)
+        elif isinstance(action, CallTools):  # after the two of every iteration
             if (reason := stops.run_reason()) is not None:
                 action = _interrupt(run, fd, loop, reason)
                 break
@@ -127,13 +134,6 @@ def run_send(run: RunContext, session: ChatSession, flags: int) -> ChatResponse:
                 action = _interrupt(run, fd, loop, reason, done)
                 break
             action = loop.on_tool_results([out for out in outcomes if out is not None], True)
-        elif isinstance(action, Complete):
-            if (reason := stops.run_reason()) is not None:
-                action = _interrupt(run, fd, loop, reason)
-                break
-            result = calls.complete(action)
-            if result is not None:  # None: cancelled mid-request; the next turn ends the send
-                action = loop.on_completion(result, True)
         else:
             break  # Done or Failed
     stats = loop.stats
