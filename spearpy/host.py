@@ -217,9 +217,10 @@ class Host:
     ) -> RunResult:
         """Run one guest. `limits` overrides the host's guest limits for this
         run only: timeout, tool_timeout, fuel, max_memory, max_open_fds,
-        max_log_bytes, max_host_bytes (validated like HostConfig; unknown keys
-        are a ValueError). `on_guest_log(level, text)` receives the guest's
-        `log` calls instead of stderr (e.g. to keep a JSON log stream JSON).
+        max_log_bytes, max_host_bytes, max_parallel_tools (validated like
+        HostConfig; unknown keys are a ValueError). `on_guest_log(level, text)`
+        receives the guest's `log` calls instead of stderr (e.g. to keep a
+        JSON log stream JSON).
         `task_params` adds SPEAR task-layer keys (`mcp.enabled`, ...) to the
         host's for this run (a bad one is a ValueError naming it).
         `send_hook(run, session, flags)` may answer a cchat_send itself

@@ -607,3 +607,47 @@ def test_a_call_the_batch_would_cache_waits_for_it_and_hits_the_cache() -> None:
     after = loop.on_tool_result("c0", _ok(1)[0], True)
     assert _ids(after) == ["c2"]  # c1 answered from the cache
     assert loop.stats.tool_calls == 2
+
+
+def test_a_journal_resumes_under_another_max_parallel_tools(tmp_path: Path) -> None:
+    """How many calls overlap changes no answer: a run journaled with
+    max_parallel_tools 2 resumes on a host with the default (not a step-0
+    mismatch), and with 1."""
+    from spearpy.durable import JournalSpec
+
+    module = str(Path(__file__).resolve().parents[1] / "wasm-samples" / "c_multi_tool.wasm")
+    script = tmp_path / "mixed.json"
+    script.write_text(json.dumps(MIXED_SCRIPT))
+    tools = PythonTools()
+
+    def count(i: int) -> str:
+        """Count one call."""
+        return f"counted {i}"
+
+    tools.add(count, parameters={"type": "object", "properties": {"i": {"type": "integer"}}})
+    path = tmp_path / "run.jsonl"
+    with Host(cache_dir=None, backend=f"scripted:{script}", python_tools=tools,
+              max_parallel_tools=2) as host:
+        first = host.run(module, journal=JournalSpec(path))
+    assert first.outcome == "exited", first.message
+    lines = path.read_text().splitlines()
+    for parallel in (8, 1):
+        cut = tmp_path / f"cut{parallel}.jsonl"
+        cut.write_text("\n".join(lines[:4]) + "\n")
+        with Host(cache_dir=None, backend=f"scripted:{script}", python_tools=tools,
+                  max_parallel_tools=parallel) as host:
+            resumed = host.run(module, journal=JournalSpec(cut))
+        assert resumed.outcome == "exited", (parallel, resumed.message)
+        assert resumed.stdout == first.stdout
+
+
+def test_a_guest_cannot_set_max_parallel_tools_to_nothing(host: Host) -> None:
+    probe = Probe.__new__(Probe)
+    Probe.__init__(probe, host, wat_module("probe.wat"), RunOptions(capture_output=True))
+    try:
+        fd = probe.hc("cchat_create")
+        for bad in (0, -1, 1.5, True, "4"):
+            assert probe.set_param(fd, "max_parallel_tools", bad) == abi.EINVAL, bad
+        assert probe.set_param(fd, "max_parallel_tools", 1) == 0
+    finally:
+        probe.close()

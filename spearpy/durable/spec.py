@@ -159,8 +159,10 @@ def run_arguments(start: Start, *, module: object = None,
             "invoke": run.get("invoke")}
 
 
-# HostConfig fields that change where things are kept, not what a run does.
-_NOT_BEHAVIOUR = frozenset({"cache_dir", "module_cache_bytes"})
+# HostConfig fields that change where things are kept, not what a run does
+# (max_parallel_tools: how many calls overlap, not what any call answers; a
+# batch's journal reads as calls made one by one, so a resume may choose).
+_NOT_BEHAVIOUR = frozenset({"cache_dir", "module_cache_bytes", "max_parallel_tools"})
 
 
 def run_flags(config: HostConfig, options: RunOptions,
