@@ -651,3 +651,26 @@ def test_a_guest_cannot_set_max_parallel_tools_to_nothing(host: Host) -> None:
         assert probe.set_param(fd, "max_parallel_tools", 1) == 0
     finally:
         probe.close()
+
+
+def test_a_guest_call_ending_the_run_still_ends_each_running_call(
+        host: Host, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guest call that ends the run by raising (as a run-ending interrupt
+    inside it does) leaves no tool_start of the batch without its tool_end."""
+    from spearpy.errors import HostInterrupt
+    from spearpy.outcome import Outcome
+
+    def ending(self: GuestTools, ref: Any, arguments: str, budget: Any) -> Any:
+        with gate.lock:  # once the Python call runs beside it
+            gate.changed.wait_for(lambda: gate.started >= 1, BOUND_S)
+        raise HostInterrupt(Outcome.MEMORY_LIMIT, "the guest made the host keep too much")
+
+    monkeypatch.setattr(GuestTools, "call", ending)
+    events: list[Event] = []
+    script = calls_then_answer(("block", {"i": 0}), ("echo", {"x": 1}))
+    with pytest.raises(wasmtime.WasmtimeError):
+        send(host, script, guest_tools=True, events=events, mcp=False)
+    starts = [e["tool_call_id"] for e in tool_events(events, ev.TOOL_START)]
+    ends = {e["tool_call_id"]: e for e in tool_events(events, ev.TOOL_END)}
+    assert sorted(starts) == sorted(ends) == ["c0", "c1"]
+    assert ends["c0"]["executed"] and ends["c0"]["error"] is not None

@@ -4,9 +4,9 @@ Calls to sources that can run concurrently (MCP servers, Python tools) go to
 worker threads, at most `max_parallel_tools` at a time, started first; the
 guest's calls stay on the guest's thread (the one running the send), in the
 model's order, while the others run. A batch of guest calls alone runs one
-by one, as ever (no `parallel` field on its events: nothing overlapped). Only that thread emits events and touches the
-journal: a worker runs the source's call and nothing else, then wakes the
-run's waker.
+by one, as ever (no `parallel` field on its events: nothing overlapped).
+Only that thread emits events and touches the journal: a worker runs the
+source's call and nothing else, then wakes the run's waker.
 
 A cancel or the run's deadline ends the wait at once: the calls still
 running are abandoned (an MCP call sees the same cancel event and deadline
@@ -30,7 +30,7 @@ import os
 import queue
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from spearpy import abi
 from spearpy.chat.protocol import CallTool, CallTools, ToolOutcome
@@ -133,7 +133,18 @@ class _Batch:
                 return self.outcomes, reason
             if calls._started is not None:
                 calls._started(action, self._size)
-            outcome = calls._guest(action)
+            try:
+                outcome = calls._guest(action)
+            except BaseException:
+                # What ends the guest mid-call (a run-ending interrupt) ends
+                # the batch: this call and the running ones still get their
+                # TOOL_END.
+                why = self._stops.run_reason() or _ABANDONED
+                if calls._ended is not None:
+                    calls._ended(action, ToolOutcome(ok=False, error_code=str(why[0]),
+                                                     error_message=why[1]), self._size)
+                self._cut_short(why)
+                raise
             if calls._ended is not None:
                 calls._ended(action, outcome, self._size)
             self.outcomes[index] = outcome
@@ -207,14 +218,14 @@ class _Batch:
             self._collect()
         return None
 
-    def _cut_short(self, reason: Reason) -> None:
+    def _cut_short(self, reason: Reason | tuple[str, str]) -> None:
         """On the way out: keep what ended, start nothing more, and end each
         call still running with the interrupt's error (its TOOL_END now; its
         worker's result, whenever it comes, is dropped). The calls never
         started are the loop's to answer."""
         self._waiting.clear()
         self._collect()
-        code, message = str(reason[0].value), reason[1]
+        code, message = str(reason[0]), reason[1]
         for index in self._started:
             if self.outcomes[index] is None:
                 outcome = ToolOutcome(ok=False, error_code=code, error_message=message)
@@ -245,6 +256,11 @@ class _Batch:
             journal.tool(source.kind if source is not None else "none", action.call.name,
                          action.arguments, _given(outcome))
         self._recorded = upto
+
+
+# Why a call still running is answered when the send ends by an exception
+# and the run gives no reason of its own.
+_ABANDONED: Final = ("not_run", "the send ended before this call did")
 
 
 def _is_guest(action: CallTool) -> bool:
