@@ -311,8 +311,7 @@ class RunManager:
 
     def _store_row(self, live: LiveRun, row: EventRow) -> None:
         channel = self._hub.get(live.id)
-        self._store.append_events(live.id, [row], after=lambda: self._committed(
-            live.id, channel, row))
+        self._store.append_event(live.id, row, lambda: self._committed(live.id, channel, row))
 
     def _committed(self, run_id: str, channel: Channel | None, row: EventRow) -> None:
         """On the store's writer thread, once `row` is committed: to the

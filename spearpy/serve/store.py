@@ -106,7 +106,7 @@ class RunStore:
         self._refused_output_bytes = 0
         self._ends_lock = threading.Lock()
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], None],
-                                             Future[None], AfterCommit | None] | None]
+                                             Future[None] | None, AfterCommit | None] | None]
         self._queue = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="spearpy-serve-store",
                                         daemon=True)
@@ -148,6 +148,17 @@ class RunStore:
                            [(run_id, *row) for row in rows])
 
         return self._submit(apply, after)
+
+    def append_event(self, run_id: str, row: EventRow, after: AfterCommit) -> None:
+        """One event, when nobody waits for its commit but `after`: no
+        Future (a lock and a condition) made and settled for each of a run's
+        events (bench SV)."""
+        values = (run_id, *row)
+
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO events VALUES (?,?,?,?)", values)
+
+        self._queue.put((apply, None, after))
 
     def finish_run(self, run_id: str, fields: dict[str, Any], final: EventRow | None,
                    after: AfterCommit | None = None) -> Future[None]:
@@ -253,6 +264,8 @@ class RunStore:
                         after()
                     except Exception:  # a subscriber's problem must not stop the writer
                         _log.exception("store: after-commit callback failed")
+                if done is None:
+                    continue
                 if failure is not None:
                     done.set_exception(failure)
                 else:
