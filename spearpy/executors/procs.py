@@ -211,7 +211,13 @@ class ProcessRuns:
 
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == "event":
+        if kind == "batch":  # messages that came together (worker._Combined), in order
+            for each in message[1]:
+                try:
+                    self._handle(worker, each)
+                except Exception:  # as _read_loop: one failure must not drop the rest
+                    _log.exception("handling a worker's message failed")
+        elif kind == "event":
             run = worker.runs.get(message[1])
             if run is not None and run.on_event is not None:
                 run.on_event(message[2])
