@@ -178,6 +178,9 @@ def test_a_user_stream_chat_cut_anywhere_resumes_as_if_never_stopped(
     before = len(chat_world.server.requests)
     handle = chat_world.host.start(CHAT, ["--summary"], streams=True,
                                    journal=JournalSpec(path), limits=HANG_GUARD)
+    # The client reconnects once the resumed run waits for it: what the
+    # guest wrote meanwhile (the rest of an answer cut short) waits for it.
+    assert handle.streams is not None and handle.streams.wait_guest_idle(WAIT_S)
     resumed = _converse(handle, [q for q, _a in QUESTIONS[read:]],
                         len(QUESTIONS) - _answers_sent(kept))
     assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
@@ -289,9 +292,12 @@ def test_a_stub_mic_run_cut_anywhere_plays_on_where_it_stopped(
 # ---- spearpy serve: a stream run survives a restart ----------------------------------
 
 
-def _ask(url: str, question: str) -> bytes:
+def _ask(url: str, question: str, seen: int) -> bytes:
     """One question over the run's WebSocket, its answer's words back; the
-    session stays open while the answer comes (closing it ends the guest)."""
+    session stays open while the answer comes (closing it ends the guest).
+    Frames up to seq `seen` came before the crash: a write the journal had
+    not made durable is made again by the resume, with the same seq, and a
+    client drops what it has seen (docs/durable.md)."""
     import asyncio
 
     from tests.test_streams_ws import recv_frame, ws_connect
@@ -299,9 +305,11 @@ def _ask(url: str, question: str) -> bytes:
     async def talk() -> bytes:
         async with ws_connect(url) as ws:
             await ws.send(ssf.build(1, 1, question.encode()))
-            frames = [await recv_frame(ws, WAIT_S)]
-            while frames[-1].meta_json() != {"final": True}:
-                frames.append(await recv_frame(ws, WAIT_S))
+            frames: list[ssf.Frame] = []
+            while not frames or frames[-1].meta_json() != {"final": True}:
+                frame = await recv_frame(ws, WAIT_S)
+                if frame.seq > seen:
+                    frames.append(frame)
             return b"".join(f.data for f in frames)
 
     return asyncio.run(talk())
@@ -355,7 +363,7 @@ def test_a_killed_service_resumes_a_stream_run_and_its_client_reconnects(
 
         from tests.test_streams_ws import recv_frame, ws_connect
 
-        async def first_question() -> bytes:
+        async def first_question() -> list[ssf.Frame]:
             ws = await ws_connect(_ws_url(client, run_id))
             await ws.send(ssf.build(1, 1, QUESTIONS[0][0].encode()))
             frames = [await recv_frame(ws, WAIT_S)]
@@ -363,15 +371,17 @@ def test_a_killed_service_resumes_a_stream_run_and_its_client_reconnects(
                 frames.append(await recv_frame(ws, WAIT_S))
             first.send_signal(signal.SIGKILL)  # a crash, the client still attached
             first.wait(WAIT_S)
-            return b"".join(f.data for f in frames)
+            return frames
 
-        assert asyncio.run(first_question()) == (SUM_ANSWER + "\n").encode()
+        frames = asyncio.run(first_question())
+        assert b"".join(f.data for f in frames) == (SUM_ANSWER + "\n").encode()
     assert len(chat_world.server.requests) - before == 2
     second, url = start_service(args)
     services.append(second)
     with httpx.Client(base_url=url, timeout=WAIT_S) as client:
         assert client.get(f"/v1/runs/{run_id}").json()["status"] == "resumed"
-        assert _ask(_ws_url(client, run_id), QUESTIONS[1][0]) == (HELP_ANSWER + "\n").encode()
+        answer = _ask(_ws_url(client, run_id), QUESTIONS[1][0], frames[-1].seq)
+        assert answer == (HELP_ANSWER + "\n").encode()
         done = _until(client, run_id, lambda view: view["status"] == "finished")
     assert (done["outcome"], done["exit_code"]) == ("exited", 0), done
     assert "session closed: 2 questions answered" in done["stdout"]

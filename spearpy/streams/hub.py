@@ -71,8 +71,8 @@ class StreamHub:
         self._idle_polls = 0
         self._probing = 0
         self.activity = 0  # frames the guest read or wrote (guest_acted)
-        # Streams a resumed run reopened from its journal, waiting for the
-        # client that reconnects (durable runs): connected by its session.
+        # Streams a resumed run reopened from its journal (durable runs) that
+        # no session has taken yet: the next one does.
         self._resumed: set[int] = set()
 
     # ---- wake-ups --------------------------------------------------------------
@@ -145,9 +145,11 @@ class StreamHub:
 
         `resumed`: a resumed run reopens a stream its journal says the guest
         had (hostcalls/streams_golive.py). The guest was told long ago that
-        its client is there, so the session attached now, or the next one,
-        connects it at once, with no STREAM_CONNECTED: the guest can answer a
-        question it read before the crash to the client that reconnects."""
+        its client is there, so it is connected at once: what the guest
+        writes waits in its queue (backpressure once full, as for a slow
+        client) for the session attached now or the next one, which takes it
+        with no STREAM_CONNECTED. So the guest can answer a question it read
+        before the crash to the client that reconnects, whenever it does."""
         with self._lock:
             channel = self._channels.get(stream_id)
             if channel is None:
@@ -157,9 +159,8 @@ class StreamHub:
                 self._channels[stream_id] = channel
                 self._listed = (*self._listed, channel)
             if resumed and channel.state is State.INIT:
-                if self._session is not None:
-                    channel.state = State.CONNECTED
-                else:
+                channel.state = State.CONNECTED
+                if self._session is None:
                     self._resumed.add(stream_id)
             return channel
 
@@ -241,11 +242,7 @@ class StreamHub:
                 raise StreamsUnavailable("this run takes no more client sessions")
             self._sessions += 1
             session = self._session = Session(self, self._sessions, client)
-            for stream_id in self._resumed:
-                channel = self._channels.get(stream_id)
-                if channel is not None and channel.state is State.INIT:
-                    channel.state = State.CONNECTED
-            self._resumed.clear()
+            self._resumed.clear()  # the reopened streams are this session's now
             self.note(STREAM_SESSION, action="open", session=session.id, client=client)
         self.changed()
         return session
