@@ -152,12 +152,15 @@ def p2_iteration(directory: Path, repeats: int) -> list[Row]:
     says, one journaled with no fdatasync at all (what the sync costs)."""
     with ServerProcess(tool_script(TOOL_ITERATIONS)) as server:
         host = Host(cache_dir=None, model="bench", base_url=server.base_url, max_retries=0)
-        guests = {name: LiveGuest(host) for name in ("none", "journal", "journal_nosync")}
+        guests = {name: LiveGuest(host) for name in ("none", "journal", "journal_nosync",
+                                                     "none_b2b", "journal_b2b")}
         try:
             _journal(guests["journal"].run, directory / "p2.jsonl")
             _journal(guests["journal_nosync"].run, directory / "p2-nosync.jsonl",
                      sync=SyncPolicy.NONE)
-            sends = {name: _Sends(guest, 0) for name, guest in guests.items()}
+            _journal(guests["journal_b2b"].run, directory / "p2-b2b.jsonl")
+            sends = {name: (_BackToBack if name.endswith("_b2b") else _Sends)(guest, 0)
+                     for name, guest in guests.items()}
 
             def prepare() -> None:
                 for s in sends.values():
@@ -174,7 +177,8 @@ def p2_iteration(directory: Path, repeats: int) -> list[Row]:
                 guest.close()
             host.close()
     completions = TOOL_ITERATIONS + 1
-    per_iter = {k: Series([s / completions for s in v.samples]) for k, v in timed.items()}
+    per_iter = {k: Series([s / completions / (2 if k.endswith("_b2b") else 1)
+                           for s in v.samples]) for k, v in timed.items()}
     return [
         Row("D.p2.iteration.journal_vs_none", "D",
             "P2 auto-loop iteration over loopback HTTP, run journaled",
@@ -187,7 +191,27 @@ def p2_iteration(directory: Path, repeats: int) -> list[Row]:
             "(info) the same, run journaled with --journal-sync none (no fdatasync)",
             "the same iteration, no journal", "us", per_iter["journal_nosync"],
             per_iter["none"], note="what journaling costs beside the fdatasync"),
+        Row("D.p2.iteration.journal_b2b_vs_none", "D",
+            "(info) the same, two sends back to back (the second waits for the first's "
+            "fdatasync)", "two sends back to back, no journal", "us", per_iter["journal_b2b"],
+            per_iter["none_b2b"],
+            note="a send's fdatasync runs on a worker and is waited for before the next paid "
+                 "call: between interleaved ops (the row above) it is done by then; here "
+                 "the next send's first completion waits for what is left of it"),
     ]
+
+
+class _BackToBack(_Sends):
+    """Two sends of one guest, one right after the other, timed together."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        while len(self._ready) < 2:
+            self._ready.append(self._new())
+
+    def send(self) -> None:
+        super().send()
+        super().send()
 
 
 class _CountingModel(ServerProcess):

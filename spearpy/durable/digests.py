@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 # the spelling between the parts.
 _REQUEST_KEYS = ("messages", "params", "stream", "tools")
 _MESSAGES_OPEN = b'{"messages":['
+_BOOLS = {True: b"true", False: b"false"}
 
 
 class RequestDigests:
@@ -40,7 +41,7 @@ class RequestDigests:
     steps."""
 
     __slots__ = ("_count", "_history", "_messages", "_scrub", "_scrubber", "_tools",
-                 "_tools_json")
+                 "_tools_json", "_whole")
 
     def __init__(self) -> None:
         self._messages: list[Any] | None = None
@@ -50,12 +51,14 @@ class RequestDigests:
         self._tools_json = b""
         self._scrubber: SecretScrubber | None = None
         self._scrub: EncodedScrub | None = None
+        self._whole = False  # a secret spells part of a key: digest the request whole
 
     def of(self, request: CompletionRequest, scrubber: SecretScrubber) -> str:
         if scrubber is not self._scrubber:
             self._scrubber, self._scrub = scrubber, EncodedScrub(scrubber)
             self._messages, self._tools_json = None, b""
-        if scrubber and any(s in key for s in scrubber.secrets for key in _REQUEST_KEYS):
+            self._whole = any(s in key for s in scrubber.secrets for key in _REQUEST_KEYS)
+        if self._whole:
             # A "secret" that spells part of a key changes the keys' order: digest it whole.
             whole = {"messages": request.messages, "tools": request.tools,
                      "params": request.params, "stream": request.stream}
@@ -68,17 +71,17 @@ class RequestDigests:
             self._history = hashlib.sha256(_MESSAGES_OPEN)
         history, count = self._history, self._count
         for message in messages[count:]:
-            if count:
-                history.update(b",")
-            history.update(self._canonical(message))
+            history.update(b"," + self._canonical(message) if count else
+                           self._canonical(message))
             count += 1
         self._count = count
         if request.tools is not self._tools or not self._tools_json:
             self._tools, self._tools_json = request.tools, self._canonical(request.tools)
+        stream = request.stream
         digest = history.copy()
         digest.update(b'],"params":' + self._canonical(request.params) + b',"stream":'
-                      + self._canonical(request.stream) + b',"tools":' + self._tools_json
-                      + b"}")
+                      + (_BOOLS[stream] if type(stream) is bool else self._canonical(stream))
+                      + b',"tools":' + self._tools_json + b"}")
         return digest.hexdigest()
 
     def _canonical(self, value: Any) -> bytes:
