@@ -475,6 +475,8 @@ def test_a_warm_offer_is_reused_until_its_listing_or_policy_changes() -> None:
             assert time.monotonic() < deadline, "the cached offer outlived tools/list_changed"
             time.sleep(0.05)
         grown, _ = mgr.offered_tools(task, SessionPolicy())
+        # Offers made from the older listing are dropped, not kept alive beside it.
+        assert list(mgr._offered) == [(task, SessionPolicy())]
         assert call(mgr, "own", "crash", code=3).code == "mcp_server_unavailable"
         # The restarted server lists its tools anew (without `late`): so does the offer.
         after, failed = mgr.offered_tools(task, SessionPolicy())

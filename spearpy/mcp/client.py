@@ -71,6 +71,9 @@ class McpManager:
         self._offered: dict[tuple[TaskPolicy, SessionPolicy], tuple[
             tuple[str, ...], tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],
             list[ToolSpec]]] = {}
+        # Bumped whenever a server's specs are made from a new listing.
+        self.listing_generation = 0
+        self._offered_generation = 0
         self._closed = False
         self._log: Any = None
         # A manager dropped without close() (or alive at interpreter exit)
@@ -188,6 +191,7 @@ class McpManager:
             allowed = self.registry.entries[server_id].record.allowed_tools
             cached = self._specs[server_id] = (tools, [
                 _spec(server_id, t) for t in tools if allowed and match_any(allowed, t.name)])
+            self.listing_generation += 1
         return cached[1]
 
     def offered_tools(self, task: TaskPolicy, session: SessionPolicy, *,
@@ -206,8 +210,12 @@ class McpManager:
                                   task, session) is None]
         if not failed:
             listings = tuple((sid, self.registry.entries[sid], found[sid]) for sid in servers)
-            if len(self._offered) >= MAX_OFFERS_CACHED:
-                self._offered.clear()
+            if len(self._offered) >= MAX_OFFERS_CACHED \
+                    or self._offered_generation != self.listing_generation:
+                # Offers of an older listing would keep it alive (a hostile
+                # server can change its listing at every send): start over.
+                self._offered = {}
+                self._offered_generation = self.listing_generation
             self._offered[(task, session)] = (available, listings, offered)
         return offered, failed
 

@@ -71,6 +71,7 @@ class McpTools:
         # mutates them (ToolRegistry.attach copies what it keeps).
         self._offers: dict[tuple[TaskPolicy, SessionPolicy],
                            tuple[list[ToolSpec], list[Tool], dict[str, str]]] = {}
+        self._offers_generation = 0
 
     def offer(self, task: TaskPolicy, session: SessionPolicy, *, deadline: float | None,
               cancel: threading.Event | None) -> Offer:
@@ -85,8 +86,10 @@ class McpTools:
                 return Offer(done[1], done[2])
         offer = self._make(specs, failed)
         if not failed:
-            if len(self._offers) >= MAX_OFFERS_CACHED:
-                self._offers.clear()
+            generation = self._manager.listing_generation
+            if len(self._offers) >= MAX_OFFERS_CACHED or self._offers_generation != generation:
+                self._offers = {}  # what an older listing made is not kept alive
+                self._offers_generation = generation
             self._offers[(task, session)] = (specs, offer.tools, offer.aliases)
         return offer
 
