@@ -15,7 +15,6 @@ comes from SPEC_FD, an inherited descriptor of a file without a name.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import signal
@@ -146,13 +145,30 @@ class _Combined:
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
                 if batch:
-                    with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
-                        self._results.send(batch[0] if len(batch) == 1 else ("batch", batch))
+                    self._write(batch)
             finally:
                 self._send_lock.release()
             with self._pending_lock:
                 if not self._pending:
                     return
+
+    def _write(self, batch: list[tuple[Any, ...]]) -> None:
+        try:
+            self._results.send(batch[0] if len(batch) == 1 else ("batch", batch))
+        except OSError:
+            return  # the parent is gone: nobody to tell
+        except Exception as exc:
+            # A message that does not pickle (nothing was written: send
+            # pickles first) must not take the others with it: each alone,
+            # and a run end that does not pickle becomes its run's error.
+            if len(batch) > 1:
+                for message in batch:
+                    self._write([message])
+                return
+            message = batch[0]
+            if message[0] == "end" and message[3] is None:
+                self._write([("end", message[1], None,
+                              f"its result could not be sent: {type(exc).__name__}: {exc}")])
 
 
 def read_spec(fd: int) -> bytes:
