@@ -27,6 +27,7 @@ from spearpy.mcp.policy import (
     approval_for,
     effective_servers,
     match_any,
+    offer_key,
     tool_denial,
 )
 from spearpy.mcp.registry import RecordSource, Registry, ServerEntry
@@ -200,7 +201,8 @@ class McpManager:
         """The MCP tools one send offers under the three layers (registry and
         `allowed_tools`, task, session), and the servers that failed to list."""
         available = self.server_ids()
-        hit = self._offered.get((task, session))
+        key = offer_key(task, session)
+        hit = self._offered.get(key) if key is not None else None
         if hit is not None and hit[0] == available and self._same_listings(hit[1]):
             return hit[2], {}
         servers = effective_servers(available, task, session)
@@ -208,7 +210,7 @@ class McpManager:
         offered = [spec for sid in servers for spec in found.get(sid, ())
                    if tool_denial(spec.name, self.registry.entries[sid].record.allowed_tools,
                                   task, session) is None]
-        if not failed:
+        if not failed and key is not None:
             listings = tuple((sid, self.registry.entries[sid], found[sid]) for sid in servers)
             if len(self._offered) >= MAX_OFFERS_CACHED \
                     or self._offered_generation != self.listing_generation:
@@ -216,7 +218,7 @@ class McpManager:
                 # server can change its listing at every send): start over.
                 self._offered = {}
                 self._offered_generation = self.listing_generation
-            self._offered[(task, session)] = (available, listings, offered)
+            self._offered[key] = (available, listings, offered)
         return offered, failed
 
     def _same_listings(self, listings: tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],

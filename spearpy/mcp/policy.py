@@ -237,6 +237,18 @@ def effective_servers(available: Iterable[str], task: TaskPolicy,
     return tuple(s for s in _dedupe(requested) if s in allowed and s in usable)
 
 
+def offer_key(task: TaskPolicy, session: SessionPolicy) -> tuple[TaskPolicy, SessionPolicy] | None:
+    """The two policies as a cache key; None when one was built with a list
+    where a tuple belongs (an embedder's SessionPolicy(server_ids=[...])):
+    such a send is computed every time rather than refused."""
+    key = (task, session)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def tool_denial(tool: str, server_allowed: Sequence[str], task: TaskPolicy,
                 session: SessionPolicy) -> str | None:
     """Why `tool` is not exposed, or None when every layer allows it.

@@ -20,7 +20,7 @@ from spearpy._term import one_line
 from spearpy.chat.protocol import CallBudget, ToolOutcome
 from spearpy.chat.registry import Tool, ToolRegistry, schema_problem
 from spearpy.mcp.naming import NameTable, ToolNameError, offered_name
-from spearpy.mcp.policy import Approval, SessionPolicy, TaskPolicy
+from spearpy.mcp.policy import Approval, SessionPolicy, TaskPolicy, offer_key
 from spearpy.mcp.results import MCP_TOOL_FAILED
 from spearpy.mcp.vetting import (
     description_problem,
@@ -77,20 +77,21 @@ class McpTools:
               cancel: threading.Event | None) -> Offer:
         specs, failed = self._manager.offered_tools(task, session, deadline=deadline,
                                                     cancel=cancel)
-        if not failed:
-            done = self._offers.get((task, session))
+        key = offer_key(task, session) if not failed else None
+        if key is not None:
+            done = self._offers.get(key)
             if done is not None and done[0] is specs:
                 # A warm send: the manager handed back the very list it did
                 # last time, so the tools, names and aliases are those (and
                 # their warnings were given then).
                 return Offer(done[1], done[2])
         offer = self._make(specs, failed)
-        if not failed:
+        if key is not None:
             generation = self._manager.listing_generation
             if len(self._offers) >= MAX_OFFERS_CACHED or self._offers_generation != generation:
                 self._offers = {}  # what an older listing made is not kept alive
                 self._offers_generation = generation
-            self._offers[(task, session)] = (specs, offer.tools, offer.aliases)
+            self._offers[key] = (specs, offer.tools, offer.aliases)
         return offer
 
     def _make(self, specs: list[ToolSpec], failed: dict[str, McpError]) -> Offer:
