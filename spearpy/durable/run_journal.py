@@ -166,10 +166,14 @@ class RunJournal:
         writer = self.writer
         if result is not None and writer is not None and self._appending():
             error = result.error
-            self._appended(self._full_as_interrupt(lambda: writer.append_completion(digest, {
-                "backend": result.backend, "model": result.model, "body": result.body,
-                "error": asdict(error) if error is not None else None,
-                "latency_ms": result.latency_ms, "t": self._t()})))
+            try:
+                size = writer.append_completion(digest, {
+                    "backend": result.backend, "model": result.model, "body": result.body,
+                    "error": asdict(error) if error is not None else None,
+                    "latency_ms": result.latency_ms, "t": self._t()})
+            except JournalFull as exc:
+                raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+            self._appended(size)
         return result
 
     def tool(self, source: str, name: str, arguments: str,
@@ -192,10 +196,10 @@ class RunJournal:
     def guest_tool(self, name: str, arguments: str, outcome: ToolOutcome) -> None:
         """A guest tool ran (live or replaying): replaying, its output must be
         the journaled one; live, its digest is recorded."""
-        request = {"name": name, "arguments": arguments}
-        answer = [outcome.ok, outcome.output, outcome.error_code]
         reader = self.reader
         if reader is not None and self.replaying:
+            request = {"name": name, "arguments": arguments}
+            answer = [outcome.ok, outcome.output, outcome.error_code]
             self._diverged_as_interrupt(lambda: reader.check("guest_tool.output", request,
                                                              answer))
             if self.copy:
@@ -204,8 +208,12 @@ class RunJournal:
         self._stop_if_replay_only("guest_tool.output")
         writer = self.writer
         if writer is not None and self._appending():
-            self._appended(self._full_as_interrupt(lambda: writer.append_guest_output(
-                name, arguments, outcome.ok, outcome.output, outcome.error_code)))
+            try:
+                size = writer.append_guest_output(name, arguments, outcome.ok, outcome.output,
+                                                  outcome.error_code)
+            except JournalFull as exc:
+                raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+            self._appended(size)
 
     def live_batch(self) -> bool:
         """Whether the calls of one reply may run at once (driver/parallel.py):

@@ -175,14 +175,12 @@ class JournalWriter:
         self.close()
 
     def _check_open(self) -> None:
-        if self._handle.ended or self._ended:
+        # An end record is written out as it is made (end()), so the
+        # store's flag says whether the journal has ended.
+        if self._handle.ended:
             raise JournalError(f"journal {self.journal_id!r} has ended")
         if not self._next_seq:
             raise JournalError(f"journal {self.journal_id!r} has no start record yet")
-
-    @property
-    def _ended(self) -> bool:
-        return bool(self._pending) and self._pending[-1][1] == END
 
     def _write(self, kind: str, line: bytes) -> int:
         seq = self._next_seq
