@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from spearpy.journal._jsonenc import canonical_text
 from spearpy.journal.lines import EncodedScrub
 from spearpy.journal.records import canonical, kind_of, stored_request
 from spearpy.observe.scrub import SecretScrubber
@@ -86,7 +87,10 @@ class RequestDigests:
 
     def _canonical(self, value: Any) -> bytes:
         """canonical(scrubber.value(value)), walking the value only when needed."""
-        text = canonical(value)
+        try:
+            text = canonical_text(value).encode("ascii")  # canonical(), one call fewer
+        except (TypeError, ValueError, RecursionError):
+            text = canonical(value)  # raises it as a JournalError
         scrub = self._scrub
         if scrub and not scrub.clean(text.decode("ascii")):
             assert self._scrubber is not None

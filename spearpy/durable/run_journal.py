@@ -154,7 +154,9 @@ class RunJournal:
         """One completion of a send: journaled, or asked upstream and recorded
         (a cancelled one, None, is not an answer and is not recorded)."""
         digest = self._digests.of(request, self._scrubber_any())
-        answer = self._replayed("chat.completion", Digested(digest))
+        # Its stored form is needed only to compare or copy a replayed step.
+        answer = self._replayed("chat.completion", Digested(digest)) if self.replaying \
+            else self._replayed("chat.completion", None)
         if answer is not None:
             error = answer.get("error")
             return CompletionResult(backend=answer["backend"], model=answer["model"],

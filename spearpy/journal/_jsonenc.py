@@ -32,13 +32,13 @@ def _encoder(*, sort_keys: bool) -> Callable[[Any], str]:
     return lambda value: join(encode(value, 0))
 
 
-_canonical_text = _encoder(sort_keys=True)
+canonical_text = _encoder(sort_keys=True)
 line_text = _encoder(sort_keys=False)
 
 
 def canonical(value: Any) -> bytes:
     try:
-        return _canonical_text(value).encode("ascii")
+        return canonical_text(value).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:
         raise JournalError(f"not JSON: {exc}") from exc
 
