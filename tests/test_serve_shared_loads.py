@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,52 @@ def test_a_refused_transaction_does_not_take_the_next_writers_records(tmp_path: 
     second.close()
     assert store.info("first") is not None and not store.info("first").ended  # type: ignore[union-attr]
     assert len(store._read("SELECT 1 FROM {steps} WHERE journal_id = 'second'", ())) == 1
+
+
+def _group_of_two(tmp_path: Path, first: tuple[str, tuple[object, ...]],
+                  second: tuple[str, tuple[object, ...]], setup: str = ""
+                  ) -> tuple[list[BaseException | None], sqlite3.Connection]:
+    """Run two statements on the shared writer connection so that they
+    commit as one group: both queue while a transaction holds it."""
+    store = shared_store(f"sqlite:{tmp_path / 'journals.sqlite3'}")
+    conn = store._connect(SyncPolicy.NONE)  # the shared one
+    conn.execute("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v TEXT)")
+    if setup:
+        conn.execute(setup)
+    conn.execute("INSERT INTO t VALUES (1, 'old')")
+    errors: list[BaseException | None] = [None, None]
+    conn.execute("BEGIN")  # holds the connection: the two below queue
+    threads = []
+    for index, (sql, params) in enumerate((first, second)):
+        def run(index: int = index, sql: str = sql, params: tuple[object, ...] = params) -> None:
+            try:
+                conn.execute(sql, params)
+            except BaseException as exc:
+                errors[index] = exc
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+    deadline = time.monotonic() + 10
+    while len(conn._ops) < 2:  # both waiting
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    conn.execute("COMMIT")
+    for thread in threads:
+        thread.join(10)
+    return errors, sqlite3.connect(tmp_path / "journals.sqlite3")
+
+
+def test_a_statement_that_fails_in_a_group_commit_fails_alone(tmp_path: Path) -> None:
+    errors, check = _group_of_two(tmp_path, ("INSERT INTO t VALUES (?, ?)", (1, "dup")),
+                                  ("INSERT INTO t VALUES (?, ?)", (2, "new")))
+    assert isinstance(errors[0], sqlite3.IntegrityError) and errors[1] is None
+    assert check.execute("SELECT k, v FROM t ORDER BY k").fetchall() == [(1, "old"), (2, "new")]
+
+
+def test_a_group_the_database_rolls_back_fails_every_statement_in_it(tmp_path: Path) -> None:
+    trigger = ("CREATE TRIGGER IF NOT EXISTS full BEFORE INSERT ON t WHEN NEW.v = 'full' "
+               "BEGIN SELECT RAISE(ROLLBACK, 'the disk is full'); END")
+    errors, check = _group_of_two(tmp_path, ("INSERT INTO t VALUES (?, ?)", (2, "kept?")),
+                                  ("INSERT INTO t VALUES (?, ?)", (3, "full")), setup=trigger)
+    # The first was rolled back with the group: it must not be told it was stored.
+    assert all(isinstance(e, sqlite3.Error) for e in errors), errors
+    assert check.execute("SELECT k FROM t ORDER BY k").fetchall() == [(1,)]
