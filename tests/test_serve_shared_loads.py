@@ -10,6 +10,7 @@ import pickle
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -164,7 +165,8 @@ def test_a_refused_transaction_does_not_take_the_next_writers_records(tmp_path: 
 
 
 def _group_of_two(tmp_path: Path, first: tuple[str, tuple[object, ...]],
-                  second: tuple[str, tuple[object, ...]], setup: str = ""
+                  second: tuple[str, tuple[object, ...]], setup: str = "",
+                  before_commit: Callable[[], None] | None = None
                   ) -> tuple[list[BaseException | None], sqlite3.Connection]:
     """Run two statements on the shared writer connection so that they
     commit as one group: both queue while a transaction holds it."""
@@ -189,6 +191,8 @@ def _group_of_two(tmp_path: Path, first: tuple[str, tuple[object, ...]],
     while len(conn._ops) < 2:  # both waiting
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    if before_commit is not None:
+        before_commit()
     conn.execute("COMMIT")
     for thread in threads:
         thread.join(10)
@@ -210,3 +214,24 @@ def test_a_group_the_database_rolls_back_fails_every_statement_in_it(tmp_path: P
     # The first was rolled back with the group: it must not be told it was stored.
     assert all(isinstance(e, sqlite3.Error) for e in errors), errors
     assert check.execute("SELECT k FROM t ORDER BY k").fetchall() == [(1,)]
+
+
+def test_a_group_waits_for_another_process_writing_instead_of_failing(tmp_path: Path) -> None:
+    """A group that reads, then writes: another connection (a worker
+    process) holding the write lock and committing meanwhile must make it
+    wait, not fail (a deferred transaction's snapshot would be stale)."""
+    other: list[sqlite3.Connection] = []
+
+    def hold_the_write_lock() -> None:
+        db = sqlite3.connect(tmp_path / "journals.sqlite3", isolation_level=None,
+                             check_same_thread=False)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES (5, 'other')")
+        other.append(db)
+        threading.Timer(0.3, lambda: db.execute("COMMIT")).start()
+
+    errors, check = _group_of_two(tmp_path, ("SELECT count(*) FROM t", ()),
+                                  ("INSERT INTO t VALUES (?, ?)", (2, "new")),
+                                  before_commit=hold_the_write_lock)
+    assert errors == [None, None]
+    assert check.execute("SELECT k FROM t ORDER BY k").fetchall() == [(1,), (2,), (5,)]

@@ -171,7 +171,11 @@ class _SerialConnection:
             if len(ops) == 1:
                 ops[0].run(self._run)
                 return
-            self._conn.execute("BEGIN")
+            # IMMEDIATE: the write lock now, waiting in the busy handler.
+            # A deferred transaction that read first (a writer's opening
+            # SELECTs) and then wrote would fail at once, not wait, if
+            # another process (a worker, the service) wrote in between.
+            self._conn.execute("BEGIN IMMEDIATE")
             for op in ops:
                 op.run(self._run)
                 if not self._conn.in_transaction:
