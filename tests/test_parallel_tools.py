@@ -117,6 +117,14 @@ def block(gate: Gate, i: int) -> str:
     return f"released {i}"
 
 
+BIG = 200_000  # characters a `big` call answers
+
+
+@_running
+def big(gate: Gate, i: int) -> str:
+    return "x" * BIG
+
+
 def boom(i: int) -> str:
     raise RuntimeError(f"call {i} failed")
 
@@ -125,7 +133,7 @@ def _python_tools() -> PythonTools:
     tools = PythonTools()
     ints = {"type": "object", "properties": {"i": {"type": "integer"}, "n": {"type": "integer"},
                                              "last": {"type": "integer"}}}
-    for fn in (ordered, pair, count, block, boom):
+    for fn in (ordered, pair, count, block, big, boom):
         tools.add(fn, description=fn.__name__, parameters=ints)
     return tools
 
@@ -536,7 +544,7 @@ def test_a_journaled_batch_mixing_guest_calls_resumes_anywhere_in_the_models_ord
 
 # ---- the loop alone: which calls a CallTools admits ---------------------------------------
 
-def _loop_reply(names: list[str], **limits: Any) -> Any:
+def _loop_reply(names: list[str], arguments: list[str] | None = None, **limits: Any) -> Any:
     from spearpy.chat.loop import ToolLoop
     from spearpy.chat.protocol import CompletionResult, LoopLimits
     from spearpy.chat.registry import ToolRegistry
@@ -553,7 +561,8 @@ def _loop_reply(names: list[str], **limits: Any) -> Any:
     loop.next_action()
     message = {"role": "assistant", "content": "", "tool_calls": [
         {"id": f"c{k}", "type": "function",
-         "function": {"name": name, "arguments": '{"i": 1}'}} for k, name in enumerate(names)]}
+         "function": {"name": name, "arguments": arguments[k] if arguments else '{"i": 1}'}}
+        for k, name in enumerate(names)]}
     loop.on_completion(CompletionResult("b", "m", body={"choices": [{"message": message}]}))
     return loop
 
@@ -674,3 +683,63 @@ def test_a_guest_call_ending_the_run_still_ends_each_running_call(
     ends = {e["tool_call_id"]: e for e in tool_events(events, ev.TOOL_END)}
     assert sorted(starts) == sorted(ends) == ["c0", "c1"]
     assert ends["c0"]["executed"] and ends["c0"]["error"] is not None
+
+
+def test_admitting_a_reply_of_thousands_of_cached_calls_is_linear(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model asking for max_total_tool_calls calls in one reply: checking
+    each against the batch's cache keys compares keys about once a call,
+    not once per call already admitted (n * n / 2: seconds of CPU for 10k)."""
+    from spearpy.chat import batch
+    from spearpy.chat.protocol import CallTools
+
+    class Key:
+        compared = 0
+
+        def __init__(self, name: str, parsed: Any) -> None:
+            self.value = (name, json.dumps(parsed, sort_keys=True))
+
+        def __hash__(self) -> int:
+            return hash(self.value)
+
+        def __eq__(self, other: object) -> bool:
+            Key.compared += 1
+            return isinstance(other, Key) and self.value == other.value
+
+    monkeypatch.setattr(batch, "cache_key", Key)
+    n = 2000
+    loop = _loop_reply(["count"] * n, [json.dumps({"i": i}) for i in range(n)],
+                       max_parallel_tools=8, max_total_tool_calls=n, cache_tool_results=True)
+    action = loop.next_action()
+    assert isinstance(action, CallTools) and len(action.calls) == n
+    assert Key.compared < n, Key.compared
+
+
+def test_a_batch_stops_holding_outputs_past_max_host_bytes(
+        host: Host, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty calls answering 200 KB each in one reply, on a run that may
+    keep 1 MiB: the batch holds every outcome until the reply is answered,
+    so it notes memory_limit once they pass the budget and starts no more
+    (calls made one by one stop one output past it); a batch of guest calls
+    (run one by one, answered together) too."""
+    from spearpy.chat.protocol import ToolOutcome
+
+    n = 40
+    params = {"max_total_tool_calls": n, "max_tool_output_bytes": 1 << 19}
+    limits = {"max_host_bytes": 1 << 20}
+    script = calls_then_answer(*[("big", {"i": i}) for i in range(n)])
+    with pytest.raises(wasmtime.WasmtimeError, match="max_host_bytes"):
+        send(host, script, params=params, limits=limits, mcp=False)
+    assert 0 < gate.started < n // 2, gate.started
+
+    guest_calls: list[str] = []
+
+    def big_guest(self: GuestTools, ref: Any, arguments: str, budget: Any) -> ToolOutcome:
+        guest_calls.append(arguments)
+        return ToolOutcome(ok=True, output="y" * BIG)
+
+    monkeypatch.setattr(GuestTools, "call", big_guest)
+    script = calls_then_answer(*[("echo", {"x": i}) for i in range(n)])
+    with pytest.raises(wasmtime.WasmtimeError, match="max_host_bytes"):
+        send(host, script, params=params, limits=limits, guest_tools=True, mcp=False)
+    assert 0 < len(guest_calls) < n // 2, len(guest_calls)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import TypeAlias
 
 from spearpy.chat.protocol import CallTool, CallTools, LoopLimits, SendStats, ToolCall
@@ -31,22 +32,26 @@ def admit_batch(first: CallTool, key: CacheKey | None, queue: deque[ToolCall], *
     simply run, counted in `stats`, with each call's cache key; None when no
     other call joins it."""
     calls, keys = [first], [key]
-    for index in range(1, len(queue)):
+    # The batch's keys as a set: a reply of thousands of calls (a model may
+    # ask for up to max_total_tool_calls) is admitted in linear time.
+    taken = {key} if key is not None else set()
+    for call in islice(queue, 1, None):  # after `first`
         if stats.tool_calls >= limits.max_total_tool_calls:
             break
-        call = queue[index]
-        admitted = _runnable(call, keys, tools, limits, cache, approved)
+        admitted = _runnable(call, taken, tools, limits, cache, approved)
         if admitted is None:
             break
         stats.tool_calls += 1
         calls.append(CallTool(call, admitted[0], call.arguments))
         keys.append(admitted[1])
+        if admitted[1] is not None:
+            taken.add(admitted[1])
     if len(calls) == 1:
         return None
     return CallTools(calls), keys
 
 
-def _runnable(call: ToolCall, keys: list[CacheKey | None], tools: Mapping[str, Tool],
+def _runnable(call: ToolCall, taken: set[CacheKey], tools: Mapping[str, Tool],
               limits: LoopLimits, cache: Mapping[CacheKey, str], approved: frozenset[str],
               ) -> tuple[Tool, CacheKey | None] | None:
     """`call`'s tool and cache key when it would run as it is (no skip, no
@@ -61,6 +66,6 @@ def _runnable(call: ToolCall, keys: list[CacheKey | None], tools: Mapping[str, T
     key: CacheKey | None = None
     if limits.cache_tool_results:
         key = cache_key(call.name, parsed)
-        if key in cache or key in keys:
+        if key in cache or key in taken:
             return None
     return tool, key

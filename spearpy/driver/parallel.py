@@ -26,6 +26,7 @@ journal still answers is answered call by call, in order, with no thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 from collections import deque
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Final
 from spearpy import abi
 from spearpy.chat.protocol import CallTool, CallTools, ToolOutcome
 from spearpy.driver.upstream import _Workers
+from spearpy.errors import HostInterrupt
 
 if TYPE_CHECKING:
     from spearpy.context import RunContext
@@ -80,11 +82,13 @@ class BatchCalls:
     def _one_by_one(self, batch: CallTools,
                     ) -> tuple[list[ToolOutcome | None], Reason | None]:
         outcomes: list[ToolOutcome | None] = [None] * len(batch.calls)
-        stops = self._run.interrupts
+        run = self._run
+        stops, held = run.interrupts, 0
         for index, action in enumerate(batch.calls):
             if (reason := stops.run_reason()) is not None:
                 return outcomes, reason
-            outcomes[index] = self._serial(action)
+            outcome = outcomes[index] = self._serial(action)
+            held = _hold(run, held, outcome)
         return outcomes, None
 
 
@@ -96,8 +100,9 @@ class _Batch:
         self._actions = batch.calls
         self._size = len(batch.calls)
         self._limit = limit
-        run = calls._run
+        run = self._run = calls._run
         self._stops = run.interrupts
+        self._held = 0  # what the outcomes taken so far keep (_hold)
         self._journal = run.journal
         self.outcomes: list[ToolOutcome | None] = [None] * self._size
         self._results: list[ToolOutcome | None] = [None] * self._size
@@ -148,6 +153,7 @@ class _Batch:
             if calls._ended is not None:
                 calls._ended(action, outcome, self._size)
             self.outcomes[index] = outcome
+            self._held = _hold(self._run, self._held, outcome)
             if self._journal is not None:
                 self._recorded = index + 1
         reason = self._drain()
@@ -197,11 +203,13 @@ class _Batch:
             outcome = self._results[index]
             assert outcome is not None  # set before its index is put
             self.outcomes[index] = outcome
+            self._held = _hold(self._run, self._held, outcome)
             if self._calls._ended is not None:
                 self._calls._ended(self._actions[index], outcome, self._size)
         if self._journal is not None:
             self._record_ended()
-        self._fill()
+        if self._stops.run_reason() is None:
+            self._fill()
 
     def _drain(self) -> Reason | None:
         """Wait for every started and waiting call; what ended the run, if
@@ -261,6 +269,20 @@ class _Batch:
 # Why a call still running is answered when the send ends by an exception
 # and the run gives no reason of its own.
 _ABANDONED: Final = ("not_run", "the send ended before this call did")
+
+
+def _hold(run: RunContext, held: int, outcome: ToolOutcome) -> int:
+    """`held` and what `outcome` keeps until the batch is answered. The
+    outcomes reach the session (and its charge against max_host_bytes) only
+    then, so past what the run may keep its memory_limit is noted here: the
+    batch starts no more calls and ends, as calls made one by one stop one
+    output past it (a reply of thousands of calls returning megabytes each
+    must not all be held first)."""
+    held += len(outcome.output) + len(outcome.error_message or "")
+    if not run.fits(held):
+        with contextlib.suppress(HostInterrupt):  # noted: the batch's next check ends it
+            run.reserve_bytes(held, "the tool outputs of one reply")
+    return held
 
 
 def _is_guest(action: CallTool) -> bool:
