@@ -121,13 +121,22 @@ def serve(config: dict[str, Any], threads: int, tasks: Connection,
         runs.close()
 
 
+# Messages left for the writer at most: past this, a run's thread waits to
+# write instead (as each did before messages were combined), so a parent
+# reading slower than guests make events holds the guests, not the worker's
+# memory (a guest opening and closing a microphone in a loop makes an event
+# each time, without end).
+_MAX_PENDING = 256
+
+
 class _Combined:
     """The runs' messages to the parent, several to a write when they come
     together: a thread that finds another one writing leaves its message for
     that one to send next, in order, as one ("batch", [...]) message. One
     pickle and one write per event, each taking the GIL back from 32 run
     threads, was the worker's and the parent's reader's largest cost after
-    the runs themselves (bench SV, the processes executor)."""
+    the runs themselves (bench SV, the processes executor). At most about
+    `_MAX_PENDING` wait: then the thread waits for the writer's lock."""
 
     def __init__(self, results: Connection) -> None:
         self._results = results
@@ -138,9 +147,11 @@ class _Combined:
     def __call__(self, message: tuple[Any, ...]) -> None:
         with self._pending_lock:
             self._pending.append(message)
+            wait = len(self._pending) > _MAX_PENDING
         # A writer checks for more after it lets go, so a message left while
         # it wrote is never stranded.
-        while self._send_lock.acquire(blocking=False):
+        while self._send_lock.acquire(blocking=wait):
+            wait = False
             try:
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
