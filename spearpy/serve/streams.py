@@ -113,6 +113,7 @@ async def create_session(request: Request) -> Response:
         row = await asyncio.to_thread(service.store.get_run, run_id)
         if row is None:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    if run_id not in streams.hubs:  # again: a resumed run may have started during the read
         if run_id in streams.resuming:
             raise Problem(503, f"run {run_id} is resuming after a restart: its streams open "
                                "when it runs again; retry", slug="run-resuming",
