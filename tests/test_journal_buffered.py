@@ -33,6 +33,7 @@ from spearpy.journal import (
     JournalWriter,
     SQLiteJournalStore,
     Start,
+    Step,
     SyncPolicy,
 )
 from spearpy.journal import _sync as background
@@ -208,7 +209,9 @@ def test_a_resume_over_a_damaged_journal_never_goes_live_past_the_damage(
     assert len(events) == calls  # and nothing asked
 
 
-def test_a_failed_flush_numbers_on_from_what_the_store_holds(tmp_path: Path) -> None:
+def test_a_failed_flush_keeps_its_records_for_the_next(tmp_path: Path) -> None:
+    """The run went on with the answers a failed write held: none is dropped,
+    nor replaced by a later record under its seq."""
     store = FileJournalStore(tmp_path)
     writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
     writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
@@ -224,9 +227,99 @@ def test_a_failed_flush_numbers_on_from_what_the_store_holds(tmp_path: Path) -> 
     writer._handle.append_many = refuse  # type: ignore[method-assign]
     with pytest.raises(JournalError, match="disk is full"):
         writer.flush()
-    assert broken.is_set() and writer.next_seq == 1
+    assert broken.is_set() and writer.next_seq == 2
     del writer._handle.append_many  # type: ignore[attr-defined]
     writer.append("hostcall", {"call": "system.random_i64", "args": []},
                   hostcall_answer(2, [], 0.0, SecretScrubber()))
     writer.close()
-    assert [r.seq for r in store.records("run")] == [0, 1]
+    records = list(store.records("run"))
+    assert [r.seq for r in records] == [0, 1, 2]
+    assert [r.answer["rc"] for r in records[1:] if isinstance(r, Step)] == [1, 2]
+    assert writer.bytes_used == store.path_of("run").stat().st_size
+
+
+def test_a_full_buffer_whose_write_fails_keeps_it_for_the_flush_before_a_paid_call(
+        tmp_path: Path) -> None:
+    """The answer that filled the buffer was given: its append returns, and
+    the flush before the next paid call says the journal was not written."""
+    store = FileJournalStore(tmp_path)
+    writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
+    writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+    writer.flush()
+
+    def refuse(records: list[tuple[int, str, bytes]]) -> None:
+        raise JournalError("the disk is full")
+
+    writer._handle.append_many = refuse  # type: ignore[method-assign]
+    big = "x" * 30_000
+    for n in range(4):  # past the buffer's 64 kB
+        writer.append("tool.outcome", {"source": "mcp", "name": "t", "arguments": "{}"},
+                      {"ok": True, "output": f"{n}{big}", "t": 0.0})
+    with pytest.raises(JournalError, match="disk is full"):
+        writer.flush()
+    del writer._handle.append_many  # type: ignore[attr-defined]
+    writer.flush()
+    writer.close()
+    assert [r.seq for r in store.records("run")] == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_end_write_is_kept_and_nothing_follows_the_end(tmp_path: Path) -> None:
+    store = FileJournalStore(tmp_path)
+    writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
+    writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+
+    def refuse(records: list[tuple[int, str, bytes]]) -> None:
+        raise JournalError("the disk is full")
+
+    writer._handle.append_many = refuse  # type: ignore[method-assign]
+    with pytest.raises(JournalError, match="disk is full"):
+        writer.end("exited", 0)
+    with pytest.raises(JournalError, match="has ended"):
+        writer.append("hostcall", {"call": "system.random_i64", "args": []},
+                      hostcall_answer(3, [], 0.0, SecretScrubber()))
+    del writer._handle.append_many  # type: ignore[attr-defined]
+    writer.close()
+    assert [r.kind for r in store.records("run")] == ["start", "end"]
+
+
+def _failing_sync(monkeypatch: pytest.MonkeyPatch, when: Any) -> None:
+    real = os.fdatasync
+
+    def sync(fd: int) -> None:
+        if when():
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", sync)  # the sync worker's
+
+
+def test_a_journal_not_written_before_a_paid_call_ends_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start's sync fails: the first completion is not asked past it
+    (nor, the error said once, the next send's), the run ends host_error."""
+    _failing_sync(monkeypatch, lambda: True)
+    journal = tmp_path / "run.jsonl"
+    model = _Watcher(journal, [])
+    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
+        host.use_backend(model)
+        result = host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+    assert result.outcome == "host_error", (result.outcome, result.message)
+    assert "cannot sync journal" in result.message
+    assert model.seen == []
+    kinds = _kinds(journal)
+    assert kinds[0] == "start" and kinds[-1] == "end" and "chat.completion" not in kinds
+
+
+def test_the_last_sends_sync_failing_at_the_end_is_no_exception_of_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waited for when the journal closes, after the run ended: logged, and
+    the run's result is returned as it ended."""
+    events: list[str] = []
+    _failing_sync(monkeypatch, lambda: events.count("complete") == SENDS)
+    journal = tmp_path / "run.jsonl"
+    model = _Watcher(journal, events)
+    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
+        host.use_backend(model)
+        result = host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+    assert (result.outcome, result.exit_code) == ("exited", 0), result.message
+    assert _kinds(journal)[-1] == "end" and model.seen == list(range(SENDS))

@@ -83,23 +83,32 @@ class RunJournal:
         """A send completed: make what it journaled durable (policy `send`).
         A send that appended nothing (a replayed one) costs no fdatasync."""
         if self.writer is not None and self._unsynced:
-            self.writer.sync()
+            self._written(self.writer.sync)
             self._unsynced = False
 
     def end(self, outcome: str, exit_code: int) -> None:
-        if self.writer is None:
+        """Write the end record and close the journal. Its run has ended
+        whatever comes of that: a write or the last send's sync failing
+        here is logged, not raised to the run's caller."""
+        writer = self.writer
+        if writer is None:
             return
         try:
-            # Stopped before catching up with its journal (diverged, cancelled
-            # mid-replay): that is not how the journaled run ended, and an end
-            # record would refuse the resume that works once the cause (a
-            # changed file, the wrong module) is put right.
-            if not self.replaying and not self._refused_live:
-                self.writer.end(outcome, exit_code)
-        except JournalError:
-            pass  # ended already (a replay of an ended run that went nowhere new)
-        finally:
-            self.writer.close()
+            try:
+                # Stopped before catching up with its journal (diverged,
+                # cancelled mid-replay): that is not how the journaled run
+                # ended, and an end record would refuse the resume that works
+                # once the cause (a changed file, the wrong module) is put right.
+                if not self.replaying and not self._refused_live:
+                    writer.end(outcome, exit_code)
+            finally:
+                writer.close()
+        except JournalError as exc:
+            from spearpy.observe.logger import get_logger
+
+            get_logger("spearpy").error(
+                "the run's journal could not be ended", journal=writer.journal_id,
+                run_id=self._run.run_id if self._run is not None else None, error=str(exc))
 
     @property
     def replaying(self) -> bool:
@@ -311,7 +320,19 @@ class RunJournal:
         first, and durable as the policy says (the last send's sync done),
         so a crash from here on loses no answer but this call's."""
         if self.writer is not None:
-            self.writer.flush()
+            self._written(self.writer.flush)
+
+    @staticmethod
+    def _written(write: Callable[[], None]) -> None:
+        """The journal written out, or the run ended: a paid call made past
+        records that could not be written, or a send reported done while
+        they are not, would leave a journal that no longer says what the
+        run was answered (its records stay with the writer, in order)."""
+        try:
+            write()
+        except JournalError as exc:
+            raise HostInterrupt(Outcome.HOST_ERROR,
+                                f"the run's journal cannot be written: {exc}") from None
 
     def _scrubber(self) -> Any:
         return self.writer.scrubber if self.writer is not None else None

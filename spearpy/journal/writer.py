@@ -11,6 +11,7 @@ how its run ended.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -64,6 +65,7 @@ class JournalWriter:
         self._buffered = buffered
         self._pending: list[tuple[int, str, bytes]] = []
         self._pending_bytes = 0
+        self._ended = False
         self._next_seq = handle.next_seq
         self._bytes_used = handle.bytes_used
 
@@ -140,6 +142,7 @@ class JournalWriter:
         with self._lock:
             self._check_open()
             size = self._write(END, encode(End(self._next_seq, outcome, int(exit_code))))
+            self._ended = True  # written by the flush below, or kept for a later one
             self._flush()
             return size
 
@@ -175,9 +178,9 @@ class JournalWriter:
         self.close()
 
     def _check_open(self) -> None:
-        # An end record is written out as it is made (end()), so the
-        # store's flag says whether the journal has ended.
-        if self._handle.ended:
+        # An end record is written out as it is made (end()), or kept with
+        # the records its failed write keeps.
+        if self._handle.ended or self._ended:
             raise JournalError(f"journal {self.journal_id!r} has ended")
         if not self._next_seq:
             raise JournalError(f"journal {self.journal_id!r} has no start record yet")
@@ -194,22 +197,30 @@ class JournalWriter:
         if self._buffered:
             self._pending.append((seq, kind, line))
             self._pending_bytes += size
-            if self._pending_bytes >= _BUFFER_BYTES:
-                self._flush()  # a guest reading the clock in a loop, say
         else:
             self._handle.append(seq, kind, line)
         self._next_seq, self._bytes_used = seq + 1, total
+        if self._pending_bytes >= _BUFFER_BYTES:
+            # A guest reading the clock in a loop, say. Its answer is given
+            # whatever comes of this write: a failure keeps the records for
+            # the next flush (before a paid call), which reports it.
+            with contextlib.suppress(JournalError):
+                self._flush()
         return size
 
     def _flush(self) -> None:
         pending = self._pending
         if not pending:
             return
-        self._pending, self._pending_bytes = [], 0
         try:
             self._handle.append_many(pending)
         except BaseException:
-            # Number on from what the store holds (append_many says how
-            # many it stored), so a later record follows its last.
-            self._next_seq, self._bytes_used = self._handle.next_seq, self._handle.bytes_used
+            # The run has gone on with these answers: the ones not stored
+            # (append_many says how many were) stay, in order, for the next
+            # flush. Dropping them would let later records take their seqs,
+            # and a replay serve those in their place.
+            kept = pending[max(self._handle.next_seq - pending[0][0], 0):]
+            self._pending = kept
+            self._pending_bytes = sum(len(line) + 1 for _, _, line in kept)
             raise
+        self._pending, self._pending_bytes = [], 0
