@@ -743,3 +743,56 @@ def test_a_batch_stops_holding_outputs_past_max_host_bytes(
     with pytest.raises(wasmtime.WasmtimeError, match="max_host_bytes"):
         send(host, script, params=params, limits=limits, guest_tools=True, mcp=False)
     assert 0 < len(guest_calls) < n // 2, len(guest_calls)
+
+
+
+def _strays_at_most(expected: int) -> int:
+    """The process's abandoned calls still running, once they are `expected`
+    or fewer (a bounded wait: released calls end on their workers, which
+    tell no one)."""
+    from spearpy.driver import parallel
+
+    pause = threading.Event()
+    for _ in range(int(BOUND_S / 0.01)):
+        if parallel._STRAYS.count <= expected:
+            break
+        pause.wait(0.01)
+    return parallel._STRAYS.count
+
+
+def test_calls_abandoned_and_still_running_are_bounded_across_runs(
+        host: Host, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python tool that never returns keeps the worker of every call a
+    cancel abandoned: past MAX_STRAYS of them a batch answers its calls
+    tool_exec_failed rather than start one more thread each; once they
+    return, calls run again."""
+    from spearpy.driver import parallel
+
+    base = _strays_at_most(0)
+    monkeypatch.setattr(parallel, "MAX_STRAYS", base + 2)
+    cancel = threading.Event()
+
+    def cancel_when_running() -> None:
+        with gate.lock:
+            gate.changed.wait_for(lambda: gate.started >= 2, BOUND_S)
+        cancel.set()
+
+    threading.Thread(target=cancel_when_running, daemon=True).start()
+    with pytest.raises(wasmtime.WasmtimeError, match="cancelled"):
+        send(host, calls_then_answer(("block", {"i": 0}), ("block", {"i": 1})),
+             cancel=cancel, mcp=False)
+    assert parallel._STRAYS.count == base + 2  # both still blocked on their workers
+
+    counts = calls_then_answer(("count", {"i": 0}), ("count", {"i": 1}))
+    body, events, requests = send(host, counts, mcp=False)
+    assert body["choices"][0]["message"]["content"] == "done", body
+    for _cid, content in tool_messages(requests):
+        error = json.loads(content)["error"]
+        assert error["code"] == abi.TOOL_EXEC_FAILED and "not started" in error["message"]
+    assert gate.started == 2  # neither count call ran
+    assert sorted(e["tool_call_id"] for e in tool_events(events, ev.TOOL_END)) == ["c0", "c1"]
+
+    gate.release.set()
+    assert _strays_at_most(base) == base
+    body, _events, requests = send(host, counts, mcp=False)
+    assert tool_messages(requests) == [("c0", "count 0"), ("c1", "count 1")]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -51,6 +52,30 @@ Ended = Callable[[CallTool, ToolOutcome, int], None]
 # hands each call to a waiting worker (~45 us) rather than starting a thread.
 _WORKERS = _Workers()
 os.register_at_fork(after_in_child=_WORKERS.forget)
+
+# A call a cut-short batch abandoned keeps its worker until it returns, and a
+# Python function may never return: while this many such calls of the
+# process still run, a batch answers its calls tool_exec_failed instead of
+# starting them, so a tool that hangs cannot take a thread per call for ever.
+MAX_STRAYS = 256
+
+
+class _Strays:
+    """How many abandoned calls still run (`count`, changed under `lock`)."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """None (in a forked child, the parent's threads are not there)."""
+        self.lock = threading.Lock()
+        self.count = 0
+
+
+_STRAYS = _Strays()
+os.register_at_fork(after_in_child=_STRAYS.forget)
 
 
 class BatchCalls:
@@ -110,6 +135,7 @@ class _Batch:
         self._waiting: deque[int] = deque()  # non-guest calls not started yet
         self._running = 0
         self._started: list[int] = []  # non-guest calls handed to a worker
+        self._abandoned: set[int] = set()  # of those, cut short while running (_STRAYS)
         self._recorded = 0  # calls before this index are in the journal
 
     def run(self) -> tuple[list[ToolOutcome | None], Reason | None]:
@@ -176,11 +202,19 @@ class _Batch:
                 self._calls._started(action, self._size)
             self._running += 1
             self._started.append(index)
+            strays = _STRAYS.count
+            if strays >= MAX_STRAYS:  # answered at once, like a call that ended
+                self._results[index] = ToolOutcome(
+                    ok=False, error_code=abi.TOOL_EXEC_FAILED, error_message=(
+                        f"not started: {strays} tool calls abandoned by earlier sends still "
+                        "run (a Python tool that does not return?)"))
+                self._finished.put(index)
+                continue
             _WORKERS.submit(self._job(index, action))
 
     def _job(self, index: int, action: CallTool) -> Callable[[], None]:
         plain, results, finished = self._calls._plain, self._results, self._finished
-        waker = self._stops.waker
+        waker, abandoned, strays = self._stops.waker, self._abandoned, _STRAYS
 
         def job() -> None:
             try:
@@ -188,7 +222,10 @@ class _Batch:
             except BaseException as exc:  # a source must not raise; if one does, the model reads it
                 outcome = ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
                                       error_message=f"{type(exc).__name__}: {exc}"[:500])
-            results[index] = outcome
+            with strays.lock:
+                results[index] = outcome
+                if index in abandoned:
+                    strays.count -= 1
             finished.put(index)
             waker.wake()
 
@@ -233,6 +270,11 @@ class _Batch:
         started are the loop's to answer."""
         self._waiting.clear()
         self._collect()
+        with _STRAYS.lock:  # its worker's job then counts itself out
+            for index in self._started:
+                if self._results[index] is None and index not in self._abandoned:
+                    self._abandoned.add(index)
+                    _STRAYS.count += 1
         code, message = str(reason[0]), reason[1]
         for index in self._started:
             if self.outcomes[index] is None:
