@@ -16,7 +16,9 @@ tool output as is, anything else is serialised as JSON. An exception is a
 once on worker threads (driver/parallel.py), so a function must be safe to
 call concurrently; it cannot be interrupted (the send's deadline is checked
 before it starts), and on a cancel or the deadline a call still running is
-abandoned, its result dropped.
+abandoned, its result dropped; while 256 abandoned calls still run, a batch
+answers its calls tool_exec_failed rather than start them (parallel.py
+MAX_STRAYS: a function that never returns holds its thread for good).
 """
 
 from __future__ import annotations
