@@ -121,8 +121,8 @@ BIG = 200_000  # characters a `big` call answers
 
 
 @_running
-def big(gate: Gate, i: int) -> str:
-    return "x" * BIG
+def big(gate: Gate, i: int, n: int = BIG) -> str:
+    return "x" * n
 
 
 def boom(i: int) -> str:
@@ -743,6 +743,13 @@ def test_a_batch_stops_holding_outputs_past_max_host_bytes(
     with pytest.raises(wasmtime.WasmtimeError, match="max_host_bytes"):
         send(host, script, params=params, limits=limits, guest_tools=True, mcp=False)
     assert 0 < len(guest_calls) < n // 2, len(guest_calls)
+
+    # An output counts as what the session keeps of it: two of 1.5 MB cut
+    # to max_tool_output_bytes fit, as they would one by one.
+    script = calls_then_answer(*[("big", {"i": i, "n": 1_500_000}) for i in range(2)])
+    body, _events, requests = send(host, script, limits=limits, mcp=False)
+    assert body["choices"][0]["message"]["content"] == "done", body
+    assert len(tool_messages(requests)) == 2
 
 
 

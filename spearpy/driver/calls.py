@@ -72,6 +72,7 @@ class SendCalls:
             call = _observed_call(call, *events)
         self._complete = complete
         self._pieces = (plain, unobserved, events)
+        self._max_output = budget.max_output_bytes
         self._batch: BatchCalls | None = None
         # A send with no layer calls the backend itself (two Python calls
         # fewer per completion: ~2 % of a P5 iteration).
@@ -107,7 +108,8 @@ class SendCalls:
             plain, guest, events = self._pieces
             started, ended = events if events is not None else (None, None)
             runner = self._batch = BatchCalls(self._run, serial=self.call_tool, plain=plain,
-                                              guest=guest, started=started, ended=ended)
+                                              guest=guest, started=started, ended=ended,
+                                              max_output=self._max_output)
         return runner.run(batch, limit)
 
 

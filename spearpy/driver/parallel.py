@@ -85,11 +85,12 @@ class BatchCalls:
     observes the run); `guest`: a guest call with the journal's check but no
     events."""
 
-    __slots__ = ("_ended", "_guest", "_plain", "_run", "_serial", "_started")
+    __slots__ = ("_ended", "_guest", "_max_output", "_plain", "_run", "_serial", "_started")
 
     def __init__(self, run: RunContext, *, serial: ToolFn, plain: ToolFn, guest: ToolFn,
-                 started: Started | None, ended: Ended | None) -> None:
+                 started: Started | None, ended: Ended | None, max_output: int) -> None:
         self._run = run
+        self._max_output = max_output  # of one output the session keeps (_hold)
         self._serial, self._plain, self._guest = serial, plain, guest
         self._started, self._ended = started, ended
 
@@ -113,7 +114,7 @@ class BatchCalls:
             if (reason := stops.run_reason()) is not None:
                 return outcomes, reason
             outcome = outcomes[index] = self._serial(action)
-            held = _hold(run, held, outcome)
+            held = _hold(run, held, outcome, self._max_output)
         return outcomes, None
 
 
@@ -179,7 +180,7 @@ class _Batch:
             if calls._ended is not None:
                 calls._ended(action, outcome, self._size)
             self.outcomes[index] = outcome
-            self._held = _hold(self._run, self._held, outcome)
+            self._held = _hold(self._run, self._held, outcome, self._calls._max_output)
             if self._journal is not None:
                 self._recorded = index + 1
         reason = self._drain()
@@ -240,7 +241,7 @@ class _Batch:
             outcome = self._results[index]
             assert outcome is not None  # set before its index is put
             self.outcomes[index] = outcome
-            self._held = _hold(self._run, self._held, outcome)
+            self._held = _hold(self._run, self._held, outcome, self._calls._max_output)
             if self._calls._ended is not None:
                 self._calls._ended(self._actions[index], outcome, self._size)
         if self._journal is not None:
@@ -313,14 +314,15 @@ class _Batch:
 _ABANDONED: Final = ("not_run", "the send ended before this call did")
 
 
-def _hold(run: RunContext, held: int, outcome: ToolOutcome) -> int:
+def _hold(run: RunContext, held: int, outcome: ToolOutcome, max_output: int) -> int:
     """`held` and what `outcome` keeps until the batch is answered. The
     outcomes reach the session (and its charge against max_host_bytes) only
     then, so past what the run may keep its memory_limit is noted here: the
     batch starts no more calls and ends, as calls made one by one stop one
     output past it (a reply of thousands of calls returning megabytes each
-    must not all be held first)."""
-    held += len(outcome.output) + len(outcome.error_message or "")
+    must not all be held first). An output counts as what the session keeps
+    of it (max_tool_output_bytes), as it would one by one."""
+    held += min(len(outcome.output), max_output) + len(outcome.error_message or "")
     if not run.fits(held):
         with contextlib.suppress(HostInterrupt):  # noted: the batch's next check ends it
             run.reserve_bytes(held, "the tool outputs of one reply")
