@@ -182,15 +182,19 @@ class GuestRun(RunContext):
                 capture.truncated = capture.truncated or guest[name].truncated
 
     def _finish(self, outcome: Outcome, message: str, exit_code: int) -> RunResult:
-        self.close_all_sessions()
-        run_ended(self)
-        # Fds fed from other threads (mic sources, rtasr connections) stop their
-        # workers when closed: none may outlive the run.
-        for fd, _entry in self.fds.entries():
-            self.close_fd(fd, "run_end")
         code = exit_code if outcome is Outcome.EXITED else exit_code_for(outcome)
-        if self.journal is not None:
-            self.journal.end(outcome, code)
+        try:
+            self.close_all_sessions()
+            run_ended(self)
+            # Fds fed from other threads (mic sources, rtasr connections) stop their
+            # workers when closed: none may outlive the run.
+            for fd, _entry in self.fds.entries():
+                self.close_fd(fd, "run_end")
+        finally:
+            # Whatever the closing raised, the journal's buffered records are
+            # written and its file, lock and sync thread let go.
+            if self.journal is not None:
+                self.journal.end(outcome, code)
         elapsed = (time.monotonic() - self.started) * 1000.0
         self.events.emit(RUN_END, outcome=outcome, exit_code=code, elapsed_ms=round(elapsed, 3))
         return RunResult(

@@ -96,9 +96,7 @@ def _replay_of_ended(spec: JournalSpec, store: JournalStore, journal_id: str
                      ) -> JournalSpec | str:
     from spearpy.journal.records import End
 
-    end = None
-    for record in store.records(journal_id):
-        end = record
+    end = store.last_record(journal_id)
     if isinstance(end, End) and end.outcome in _NOT_REPLAYED:
         return (f"its run had ended {end.outcome} (exit code {end.exit_code}) before its "
                 "result was lost with the worker")
