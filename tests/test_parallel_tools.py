@@ -803,3 +803,24 @@ def test_calls_abandoned_and_still_running_are_bounded_across_runs(
     assert _strays_at_most(base) == base
     body, _events, requests = send(host, counts, mcp=False)
     assert tool_messages(requests) == [("c0", "count 0"), ("c1", "count 1")]
+
+
+def test_a_journal_refusing_a_batchs_record_still_ends_every_running_call(
+        host: Host, gate: Gate, tmp_path: Path) -> None:
+    """The journal refuses `big`'s outcome (past its byte cap) while `block`
+    still runs: the run ends memory_limit and `block` gets its TOOL_END,
+    as every tool_start has one."""
+    from spearpy.durable import JournalSpec
+
+    server: ScriptedServer = host.upstream  # type: ignore[attr-defined]
+    server.script = Script.load(calls_then_answer(("big", {"i": 0, "n": 100_000}),
+                                                  ("block", {"i": 1})))
+    server.clear_requests()
+    events: list[Event] = []
+    result = host.run(wat_module("durable.wat"), on_event=events.append,
+                      journal=JournalSpec(tmp_path / "capped.jsonl", max_bytes=32 * 1024))
+    assert result.outcome == "memory_limit", result.message
+    started = sorted(e["tool_call_id"] for e in tool_events(events, ev.TOOL_START))
+    ended = sorted(e["tool_call_id"] for e in tool_events(events, ev.TOOL_END))
+    assert started == ["c0", "c1"]
+    assert ended == started

@@ -140,6 +140,17 @@ class _Batch:
         self._recorded = 0  # calls before this index are in the journal
 
     def run(self) -> tuple[list[ToolOutcome | None], Reason | None]:
+        try:
+            return self._run_calls()
+        except BaseException:
+            # What ended the run mid-batch (the journal refusing a record,
+            # an interrupt from a guest call) leaves no call without its
+            # TOOL_END; recording stops, the journal having failed.
+            self._journal = None
+            self._cut_short(self._stops.run_reason() or _ABANDONED)
+            raise
+
+    def _run_calls(self) -> tuple[list[ToolOutcome | None], Reason | None]:
         calls, journaled = self._calls, self._journal is not None
         if not journaled:
             # Every non-guest call starts (up to the limit) before the
