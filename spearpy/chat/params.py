@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from spearpy import abi
 from spearpy.chat.protocol import LoopLimits
@@ -105,7 +105,7 @@ def _non_negative_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _positive_int(value: object) -> bool:
+def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -272,9 +272,7 @@ def resolve_limits(params: Mapping[str, Any], policy: LimitPolicy,
 
 def _parallel(value: object, host: int) -> int:
     host = max(host, 1)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return min(value, host)
-    return host
+    return min(value, host) if _positive_int(value) else host
 
 
 __all__ = [
