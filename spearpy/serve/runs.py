@@ -137,13 +137,10 @@ class RunManager:
     def give_slot(self) -> None:
         self._slots.release()
 
-    def journal_for(self, run_id: str, module: LoadedModule) -> JournalSpec | None:
+    def journal_spec(self, run_id: str) -> JournalSpec | None:
         """Where the run is journaled: with journaling on, every run (one with
         user streams or a microphone too: a resumed one gets a hub again, and
         a client that reconnects reaches it, docs/durable.md)."""
-        return self.journal_spec(run_id)
-
-    def journal_spec(self, run_id: str) -> JournalSpec | None:
         if self._journals is None:
             return None
         # One store for all the runs in a process (executors/journals.py).
@@ -156,7 +153,7 @@ class RunManager:
         `origin`: the run replays or forks another's journal (serve/travel.py)."""
         run_id = secrets.token_hex(8)
         target = self.executor.place(module)
-        journal = self.journal_for(run_id, module) if origin is None else \
+        journal = self.journal_spec(run_id) if origin is None else \
             origin.journal(self.journal_store, run_id)
         # Its own journal, by its id: not a replay's, which only reads another's.
         own_journal = journal is not None and (origin is None or origin.fork)
