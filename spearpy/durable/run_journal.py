@@ -164,8 +164,7 @@ class RunJournal:
         (a cancelled one, None, is not an answer and is not recorded)."""
         digest = self._digests.of(request, self._scrubber_any())
         # Its stored form is needed only to compare or copy a replayed step.
-        answer = self._replayed("chat.completion", Digested(digest)) if self.replaying \
-            else self._replayed("chat.completion", None)
+        answer = self._replayed("chat.completion", Digested(digest) if self.replaying else None)
         if answer is not None:
             error = answer.get("error")
             return CompletionResult(backend=answer["backend"], model=answer["model"],
@@ -174,17 +173,12 @@ class RunJournal:
                                     latency_ms=float(answer.get("latency_ms", 0.0)))
         self._before_world_call()
         result = complete()
-        writer = self.writer
-        if result is not None and writer is not None and self._appending():
+        if result is not None:
             error = result.error
-            try:
-                size = writer.append_completion(digest, {
-                    "backend": result.backend, "model": result.model, "body": result.body,
-                    "error": asdict(error) if error is not None else None,
-                    "latency_ms": result.latency_ms, "t": self._t()})
-            except JournalFull as exc:
-                raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
-            self._appended(size)
+            self._record(lambda writer: writer.append_completion(digest, {
+                "backend": result.backend, "model": result.model, "body": result.body,
+                "error": asdict(error) if error is not None else None,
+                "latency_ms": result.latency_ms, "t": self._t()}))
         return result
 
     def tool(self, source: str, name: str, arguments: str,
@@ -217,14 +211,8 @@ class RunJournal:
                 self._append("guest_tool.output", request, answer)
             return
         self._stop_if_replay_only("guest_tool.output")
-        writer = self.writer
-        if writer is not None and self._appending():
-            try:
-                size = writer.append_guest_output(name, arguments, outcome.ok, outcome.output,
-                                                  outcome.error_code)
-            except JournalFull as exc:
-                raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
-            self._appended(size)
+        self._record(lambda writer: writer.append_guest_output(
+            name, arguments, outcome.ok, outcome.output, outcome.error_code))
 
     def live_batch(self) -> bool:
         """Whether the calls of one reply may run at once (driver/parallel.py):
@@ -290,10 +278,19 @@ class RunJournal:
         return round(self._elapsed_ms + (time.monotonic() - self._live_since) * 1000.0, 3)
 
     def _append(self, kind: str, request: Any, answer: Any) -> None:
+        self._record(lambda writer: writer.append(kind, request, answer))
+
+    def _record(self, append: Callable[[JournalWriter], int]) -> None:
+        """A live step appended by `append` (the writer's method for its
+        kind) and charged to the run; a full journal ends it memory_limit."""
         writer = self.writer
-        if writer is not None and self._appending():
-            self._appended(self._full_as_interrupt(
-                lambda: writer.append(kind, request, answer)))
+        if writer is None or not self._appending():
+            return
+        try:
+            size = append(writer)
+        except JournalFull as exc:
+            raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
+        self._appended(size)
 
     def _appending(self) -> bool:
         # The run is ending (cancelled, out of time): what the host reads
@@ -306,13 +303,6 @@ class RunJournal:
         self._unsynced = True
         if self._run is not None:
             self._run.charge(size, "the run's journal")
-
-    @staticmethod
-    def _full_as_interrupt(append: Callable[[], int]) -> int:
-        try:
-            return append()
-        except JournalFull as exc:
-            raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
 
     def _before_world_call(self) -> None:
         """About to ask the world something this journal cannot take back (a
