@@ -179,4 +179,3 @@ def over_budget(run: RunContext, fd: int, entry: MicFd) -> int:
 
 def mic_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", MicFd)
-

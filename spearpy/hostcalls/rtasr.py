@@ -271,4 +271,3 @@ def rtasr_read(run: RunContext, fd: int, out_ptr: int, out_len_ptr: int) -> int:
 
 def rtasr_close(run: RunContext, fd: int) -> int:
     return run.close_fd(fd, "guest", RtAsrFd)
-

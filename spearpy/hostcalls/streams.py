@@ -210,4 +210,3 @@ def end_streams(run: RunContext) -> None:
         run.events.emit(ev.STREAM_SESSION, **session.summary(
             hub.channels_of(session), "close", "run_ended", False))
     _hub(run)
-
