@@ -337,8 +337,9 @@ class RunStore:
                 where.append(f"status = ? AND NOT {ended}")
                 args.extend((status, unstored))
             elif status == "finished":
-                where.append(f"(status = 'finished' OR (status IN {IN_PROGRESS} AND {ended}))")
-                args.append(unstored)
+                marks = ",".join("?" * len(IN_PROGRESS))
+                where.append(f"(status = 'finished' OR (status IN ({marks}) AND {ended}))")
+                args.extend((*IN_PROGRESS, unstored))
             else:
                 where.append("status = ?")
                 args.append(status)
