@@ -234,8 +234,10 @@ def load_registry(dirs: Iterable[str | os.PathLike[str]] = (),
             registry.errors.append(RecordError(str(path), None, "not a directory"))
             log.warning("MCP registry: %s is not a directory: no MCP servers from it", path)
             continue
-        registry.add_source(path, environ)
-        if not _dir_files(path):
+        files = _dir_files(path)  # listed once: add_source(path) would list it again
+        for file in files:
+            registry._add_file(file, environ)
+        if not files:
             log.warning("MCP registry: %s holds no records (*.toml, *.json): no MCP servers "
                         "from it", path)
     for item in records:
