@@ -36,10 +36,10 @@ from spearpy.journal import (
     open_store,
 )
 from spearpy.journal.records import STDIN_STORED_MAX
+from spearpy.journal.writer import MIN_SECRET_LENGTH
 
 if TYPE_CHECKING:
     from spearpy.outcome import RunResult
-from spearpy.journal.writer import MIN_SECRET_LENGTH
 
 Mode = Literal["record", "replay", "fork"]
 # What a replay or fork must share with the journaled run (a fork's flags differ).
@@ -180,7 +180,6 @@ def run_flags(config: HostConfig, options: RunOptions,
             "module": os.path.abspath(module) if module is not None else None}
 
 
-
 def bind_journal(run: RunContext, spec: JournalSpec, config: HostConfig, module_sha256: str,
                  module: str | os.PathLike[str] | None, secrets: list[str]) -> RunResult | None:
     """Give `run` (about to start as its options say) the journal `spec`
@@ -202,6 +201,7 @@ def bind_journal(run: RunContext, spec: JournalSpec, config: HostConfig, module_
                          exit_code=exit_code_for(Outcome.REPLAY_MISMATCH), message=str(exc))
     run.journal.bind(run)
     return None
+
 
 __all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "bind_journal", "open_run_journal",
            "read_start", "run_arguments", "run_flags", "run_start"]
