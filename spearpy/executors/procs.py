@@ -26,15 +26,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spearpy.executors.base import RUN_RESUMED, ExecutorError, OnEnd, RunJob, worker_lost
-from spearpy.executors.resumes import resumed_job
-from spearpy.observe.events import Event
+from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
+from spearpy.executors.resumes import resumed_event, resumed_job
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -294,8 +292,7 @@ class ProcessRuns:
         _log.warning("%s; resuming run %s from its journal (%d of at most %d)", why,
                      run.job.key, run.resumes, self.max_resumes)
         if run.on_event is not None:
-            run.on_event(Event(RUN_RESUMED, "", -1, time.time(),
-                               data={"message": why, "resumes": run.resumes}))
+            run.on_event(resumed_event(why, run.resumes))
         self._place(run)
 
 
