@@ -15,14 +15,12 @@ runs an fdatasync per send and no Python of the iteration's.
 from __future__ import annotations
 
 import argparse
-import gc
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from bench.callgrind_p5 import K_HI, K_LO, SENDS, _ConstantModel
+from bench import callgrind_p5
+from bench.callgrind_p5 import K_HI, K_LO, SENDS
 
 MODES = ("none", "journal", "key")
 KEY = "sk-bench-0123456789abcdefghijklmnopqrstuv"
@@ -30,55 +28,17 @@ KEY = "sk-bench-0123456789abcdefghijklmnopqrstuv"
 
 def inner(k: int, k_max: int, mode: str, directory: str) -> None:
     from bench.d_durable import _journal
-    from bench.guests import LiveGuest
-    from bench.peers import PROMPT
-    from bench.upstream import install_backend
-    from spearpy import _native
-    from spearpy.host import Host
 
-    host = Host(cache_dir=None, model="bench", base_url="http://127.0.0.1:9/v1")
-    model = _ConstantModel(k_max)
-    install_backend(host, model)
-    guest = LiveGuest(host)
-    host._ticker.stop()
-    if mode != "none":
-        _journal(guest.run, Path(directory) / "p5.jsonl", [KEY] if mode == "key" else None)
-    fds = []
-    for _ in range(SENDS + 1):
-        fd = guest.session()
-        guest.write_msg(fd, "user", PROMPT)
-        fds.append(fd)
-    previous = _native.enter_run(guest.run)
-    try:
-        for n, fd in enumerate(fds):
-            model.reset(k if n else 2)
-            if n == 1:
-                gc.collect()
-                gc.freeze()
-                os.getppid()  # --zero-before=os_getppid
-            reply = guest.recv(guest.send(fd)).decode()
-            if '"done"' not in reply.replace('\\"', '"'):
-                raise RuntimeError(f"the send did not finish: {reply[:300]}")
-        os.getpgrp()  # --dump-before=os_getpgrp
-    finally:
-        _native.enter_run(previous)
-    os._exit(0)
+    def journaled(run: Any) -> None:
+        if mode != "none":
+            _journal(run, Path(directory) / "p5.jsonl", [KEY] if mode == "key" else None)
+
+    callgrind_p5.inner(k, k_max, journaled)
 
 
 def _count(args: list[str], out_dir: Path) -> int:
     """The main thread's instructions between the two markers."""
-    out = out_dir / ("cg." + "_".join(args).replace("-", "").replace("/", ""))
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--zero-before=os_getppid",
-         "--dump-before=os_getpgrp", f"--callgrind-out-file={out}", sys.executable,
-         "-m", "bench.callgrind_d", *args],
-        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    main = Path(f"{out}.1-01")  # the first dump (at os.getpgrp), thread 1
-    for line in main.read_text().splitlines():
-        if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {main}")
+    return callgrind_p5._count(args, out_dir, "bench.callgrind_d")
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,10 @@ class _ConstantModel:
         pass
 
 
-def inner(k: int, k_max: int) -> None:
-    """One process of the measurement: a warm-up send, then SENDS of k rounds."""
+def inner(k: int, k_max: int, prepare: Callable[[Any], None] | None = None) -> None:
+    """One process of the measurement: a warm-up send, then SENDS of k rounds.
+    `prepare(run)` sets the run up before its first send (bench.callgrind_d
+    gives it a journal)."""
     from bench.guests import LiveGuest
     from bench.peers import PROMPT
     from bench.upstream import install_backend
@@ -94,6 +97,8 @@ def inner(k: int, k_max: int) -> None:
     install_backend(host, model)
     guest = LiveGuest(host)
     host._ticker.stop()  # no epoch ticks: they would land in the count
+    if prepare is not None:
+        prepare(guest.run)
     fds = []
     for _ in range(SENDS + 1):
         fd = guest.session()
@@ -146,15 +151,15 @@ def inner_p1(calls: int) -> None:
     os._exit(0)
 
 
-def _count(args: list[str], out_dir: Path) -> int:
+def _count(args: list[str], out_dir: Path, module: str = "bench.callgrind_p5") -> int:
     """The main thread's instructions between os.getppid() and os.getpgrp()
-    in a process running `python -m bench.callgrind_p5 ARGS`."""
-    out = out_dir / ("cg." + "_".join(args).replace("-", ""))
+    in a process running `python -m MODULE ARGS`."""
+    out = out_dir / ("cg." + "_".join(args).replace("-", "").replace("/", ""))
     env = dict(os.environ, PYTHONHASHSEED="0")
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--zero-before=os_getppid",
          "--dump-before=os_getpgrp", f"--callgrind-out-file={out}", sys.executable,
-         "-m", "bench.callgrind_p5", *args],
+         "-m", module, *args],
         check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     main = Path(f"{out}.1-01")  # the first dump (at os.getpgrp), thread 1: the main thread
     for line in main.read_text().splitlines():

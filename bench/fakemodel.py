@@ -36,6 +36,14 @@ def reply(messages: list[dict[str, Any]], tool_iterations: int) -> dict[str, Any
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
 
 
+def answer(model: str, message: dict[str, Any]) -> CompletionResult:
+    """An in-process model's result: `message` in a minimal chat-completion body."""
+    body = {"id": "chatcmpl-bench", "object": "chat.completion", "model": "bench",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return CompletionResult("inprocess", model, body=body)
+
+
 class InProcessBackend:
     """A spearpy Backend with no HTTP: the scripted model as a function call."""
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.fakemodel import answer
 from bench.guests import LiveGuest
 from bench.stats import Row, Series, Target, interleaved
 from bench.upstream import ServerProcess, install_backend
@@ -136,10 +137,7 @@ class EchoModel:
                  "function": {"name": ECHO, "arguments": f'{{"text":"{TEXT}"}}'}}]}
         else:
             message = {"role": "assistant", "content": "done"}
-        body = {"id": "chatcmpl-bench", "object": "chat.completion", "model": "bench",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return CompletionResult(self.name, request.model, body=body)
+        return answer(request.model, message)
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.fakemodel import answer
 from bench.guests import LiveGuest
 from bench.stats import Row, Target, interleaved
 from bench.upstream import install_backend
@@ -49,10 +50,7 @@ class SleepModel:
                 for i in range(self.calls)]}
         else:
             message = {"role": "assistant", "content": "done"}
-        body = {"id": "chatcmpl-bench", "object": "chat.completion", "model": "bench",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return CompletionResult(self.name, request.model, body=body)
+        return answer(request.model, message)
 
     def close(self) -> None:
         pass
