@@ -31,7 +31,7 @@ def test_a_resumed_run_that_starts_during_the_read_gets_its_token(
         hub = StreamHub(streams.limits)
         url = f"/api/v1/executions/{run_id}/streams/session"
 
-        def record(asked: str) -> dict[str, Any]:
+        def record(asked: str, *, output: bool = True) -> dict[str, Any]:
             return {"id": asked, "status": "running"}
 
         monkeypatch.setattr(service.store, "get_run", record)
@@ -39,7 +39,7 @@ def test_a_resumed_run_that_starts_during_the_read_gets_its_token(
         assert waiting.status_code == 503, waiting.text
         assert waiting.json()["type"].endswith("run-resuming")
 
-        def record_as_the_run_starts(asked: str) -> dict[str, Any]:
+        def record_as_the_run_starts(asked: str, *, output: bool = True) -> dict[str, Any]:
             # What StreamingRunManager._host_for does once a slot is free.
             streams.resuming.discard(run_id)
             streams.hubs[run_id] = hub

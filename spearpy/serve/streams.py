@@ -110,7 +110,9 @@ async def create_session(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     streams: ServeStreams = service.streams
     if run_id not in streams.hubs:
-        row = await asyncio.to_thread(service.store.get_run, run_id)
+        # Whether the run exists: its record without its result (up to 64 MiB
+        # each of stdout and stderr).
+        row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
         if row is None:
             raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
     if run_id not in streams.hubs:  # again: a resumed run may have started during the read
