@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spearpy.errors import HostInterrupt
 from spearpy.fds.base import Fd
+from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.context import RunContext
@@ -70,3 +72,11 @@ def refusals(run: RunContext, hooks: list[GoLiveHook], unbuilt: dict[int, str]) 
                    for fd, call in unbuilt.items()
                    if fd not in handled and run.fds.lookup(fd) is not None)
     return "; ".join(refused)
+
+
+def mismatch(run: RunContext, what: str) -> HostInterrupt:
+    """The replay_mismatch a family's replay raises for `what`, naming the
+    journal step being answered."""
+    reader = run.journal.reader if run.journal is not None else None
+    step = reader.next_seq - 1 if reader is not None else 0
+    return HostInterrupt(Outcome.REPLAY_MISMATCH, f"journal step {step}: {what}")

@@ -26,12 +26,11 @@ from typing import TYPE_CHECKING
 
 from spearpy import abi
 from spearpy.audio.budget import OVER_BUDGET, audio_budget
-from spearpy.durable.golive import Rebuilt
+from spearpy.durable.golive import Rebuilt, mismatch
 from spearpy.errors import HostInterrupt
 from spearpy.fds.mic import MicFd
 from spearpy.fds.rtasr import RtAsrFd
 from spearpy.memory import GuestFault
-from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.audio.params import MicParams
@@ -65,10 +64,8 @@ def _new_state(_run: RunContext) -> _AudioReplay:
 
 
 def _diverged(run: RunContext, what: str) -> HostInterrupt:
-    step = run.journal.reader.next_seq - 1 if run.journal and run.journal.reader else 0
-    return HostInterrupt(Outcome.REPLAY_MISMATCH,
-                         f"journal step {step}: {what}: the guest's own part of the call "
-                         "does not give the journaled answer")
+    return mismatch(run, f"{what}: the guest's own part of the call does not give the "
+                         "journaled answer")
 
 
 # ---- the microphone ----------------------------------------------------------------

@@ -28,11 +28,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from spearpy.durable.golive import Rebuilt, Unbuilt
-from spearpy.errors import HostInterrupt
+from spearpy.durable.golive import mismatch as _mismatch
 from spearpy.fds.stream import UserStreamCtlFd, UserStreamFd
 from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
-from spearpy.outcome import Outcome
 from spearpy.streams.limits import CTL_SESSION_CLOSED
 
 if TYPE_CHECKING:
@@ -92,12 +91,6 @@ def _open_as(run: RunContext, entry: Fd, fd: int, name: str) -> None:
         raise _mismatch(run, f"{name} opened fd {fd} in the journaled run, fd {got} now")
     assert run.journal is not None
     run.journal.at_go_live(_streams_go_live)
-
-
-def _mismatch(run: RunContext, what: str) -> HostInterrupt:
-    reader = run.journal.reader if run.journal is not None else None
-    step = reader.next_seq - 1 if reader is not None else 0
-    return HostInterrupt(Outcome.REPLAY_MISMATCH, f"journal step {step}: {what}")
 
 
 def _streams_go_live(run: RunContext) -> Rebuilt:
