@@ -494,7 +494,10 @@ def test_an_rtasr_run_cut_anywhere_reconnects_and_sends_each_frame_once(
     assert len(new) <= 1
     live_written = sum(rc for rc in _hostcalls(after[k + 1:], "rtasr.rtasr_write") if rc > 0)
     if new:
-        assert new[0].updates == asr_world.asr.sessions[0].updates
+        # A connection the guest closed as it came up (its mic done) may end
+        # before its params are sent; one that carried audio had them first.
+        if new[0].updates or new[0].audio_bytes:
+            assert new[0].updates == asr_world.asr.sessions[0].updates
         assert new[0].audio_bytes <= live_written
 
 
