@@ -110,9 +110,9 @@ class RawServer:
         except OSError:
             return
         finally:
+            conn.close()  # before the count drops: a test waits on the count for the close
             with self._lock:
                 self.open_now -= 1
-            conn.close()
 
     def close(self) -> None:
         self.listener.close()

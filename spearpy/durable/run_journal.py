@@ -154,9 +154,11 @@ class RunJournal:
             micros: int = answer["rc"]
             return micros / 1e6
         t = self._t()
-        self._append("hostcall", request,
-                     hostcall_answer(round(t * 1000), [], t, self._scrubber()))
-        return t / 1000.0
+        micros = round(t * 1000)
+        self._append("hostcall", request, hostcall_answer(micros, [], t, self._scrubber()))
+        # The replayed reading, not t / 1000: the two differ in the last bit,
+        # enough to round a send's elapsed_ms the other way on replay.
+        return micros / 1e6
 
     def completion(self, request: CompletionRequest,
                    complete: Callable[[], CompletionResult | None]) -> CompletionResult | None:
