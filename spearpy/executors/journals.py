@@ -12,7 +12,11 @@ stores among its own runs.
 
 A shared store is never closed by a run (`read_start` closes only its read
 connection, which the next read opens again). It is opened again when its
-database file is no longer the one it opened (removed, replaced).
+database file is no longer the one it opened (removed, replaced). A store
+that leaves the table (replaced, or past `_MAX_STORES`) is retired: its
+shared writer connection closes when the last run writing through it
+closes its writer, so a long-running service keeps no descriptor per
+database it ever journaled to.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from spearpy.journal.sqlite import SQLiteJournalStore
 _PREFIX = "sqlite:"
 _MAX_STORES = 8  # distinct databases kept open per process; the oldest is closed past it
 _lock = threading.Lock()
-_stores: OrderedDict[str, tuple[tuple[int, int], JournalStore]] = OrderedDict()
+_stores: OrderedDict[str, tuple[tuple[int, int], _SharedWriterStore]] = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +72,7 @@ def shared_store(spec: str) -> JournalStore:
         while len(_stores) > _MAX_STORES:
             evicted.append(_stores.popitem(last=False)[1][1])
     for gone in evicted:
-        # Only its read connection closes; a run still writing through it
-        # holds a connection of its own, and a read opens one again.
-        gone.close()
+        gone.retire()
     return store
 
 
@@ -95,25 +97,51 @@ class _SharedWriterStore(SQLiteJournalStore):
         super().__init__(path)
         self._shared: _SerialConnection | None = None
         self._shared_lock = threading.Lock()
+        self._users = 0  # writers holding the shared connection (each closes it once)
+        self._retired = False
 
     def _connect(self, sync: SyncPolicy | None) -> Any:
         if sync is not SyncPolicy.NONE:
             return super()._connect(sync)
         with self._shared_lock:
             if self._shared is None:
-                self._shared = _SerialConnection(super()._connect(sync))
+                self._shared = _SerialConnection(super()._connect(sync), self._release)
+            self._users += 1
             return self._shared
+
+    def _release(self) -> None:
+        with self._shared_lock:
+            self._users -= 1
+            self._close_unused()
+
+    def retire(self) -> None:
+        """Out of the process's table: close what no run uses now, and the
+        shared connection when its last writer closes. A run that located
+        the store before still writes through it (it opens the shared
+        connection again if need be, closed again after it)."""
+        self.close()  # the read connection; a read opens one again
+        with self._shared_lock:
+            self._retired = True
+            self._close_unused()
+
+    def _close_unused(self) -> None:
+        # Under _shared_lock. No user: no statement of theirs is in flight.
+        if self._retired and self._users == 0 and self._shared is not None:
+            shared, self._shared = self._shared, None
+            shared.close_shared()
 
 
 class _SerialConnection:
     """A connection that writers on many threads share, one statement at a
     time: a transaction (BEGIN to COMMIT or ROLLBACK) holds it throughout,
     so no other writer's statement lands inside it, and a statement's rows
-    are read before the next one runs. `close()` leaves it open for the
-    others (it closes with its store)."""
+    are read before the next one runs. A writer's `close()` only tells its
+    store (`release`): the connection stays open for the others, and closes
+    once its store is retired and no writer holds it."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, release: Callable[[], None]) -> None:
         self._conn = conn
+        self._release = release
         self._lock = threading.RLock()
         self._owner: int | None = None  # the thread inside an explicit transaction
         self._ops: list[_Op] = []  # statements waiting for the next group commit
@@ -211,7 +239,10 @@ class _SerialConnection:
         return self._conn.in_transaction
 
     def close(self) -> None:
-        pass
+        self._release()
+
+    def close_shared(self) -> None:
+        self._conn.close()
 
 
 class _Op:
