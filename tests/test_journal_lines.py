@@ -18,15 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spearpy.durable.digests import RequestDigests
-from spearpy.journal.lines import EncodedScrub, completion_line, guest_output_line
+from spearpy.journal.lines import EncodedScrub, completion_line, guest_output_line, hostcall_line
 from spearpy.journal.records import (
     Digested,
     decode,
     encode,
+    hostcall_answer,
     kind_of,
     line_text,
     make_step,
     stored_request,
+    stored_writes,
 )
 from spearpy.journal.writer import MIN_SECRET_LENGTH
 from spearpy.observe.scrub import SecretScrubber
@@ -102,6 +104,30 @@ def test_a_guest_output_of_another_type_takes_the_general_path() -> None:
     scrubber = SCRUBBERS["none"]
     assert guest_output_line(1, "t", "{}", 1, "out", None, scrubber) is None  # type: ignore[arg-type]
     assert guest_output_line(1, "t" * 5000, "{}", True, "out", None, scrubber) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(call=st.sampled_from(["host.clock", "system.time_now_ms", "wasi.random_get",
+                             "user_stream.read", "Odd Name", "", "x" * 70]),
+       args=st.lists(st.integers(-2**63, 2**64), max_size=6),
+       rc=st.none() | st.integers(-2**63, 2**64),
+       writes=st.lists(st.tuples(st.integers(0, 2**32 - 1), st.binary(max_size=40) | STRINGS.map(
+           lambda text: text.encode("utf-8", "surrogatepass"))), max_size=3),
+       t=st.floats(0, 1e12, allow_nan=False) | st.integers(0, 10**9).map(float),
+       which=st.sampled_from([*sorted(SCRUBBERS), "name"]))
+def test_a_hostcall_line_is_the_general_paths_line(
+        call: str, args: list[int], rc: int | None, writes: list[tuple[int, bytes]], t: float,
+        which: str) -> None:
+    # "name": a secret that spells part of a hostcall's name, which the
+    # general path redacts there: the fast line must leave that to it.
+    scrubber = SCRUBBERS[which] if which in SCRUBBERS else \
+        SecretScrubber(["time"], min_length=MIN_SECRET_LENGTH)
+    general = encode(make_step(3, "hostcall", {"call": call, "args": args},
+                               hostcall_answer(rc, writes, t, scrubber), scrubber))
+    fast = hostcall_line(3, call, tuple(args), rc, stored_writes(writes, scrubber), t, scrubber)
+    usual = call in ("host.clock", "wasi.random_get", "user_stream.read") or (
+        call == "system.time_now_ms" and which != "name")
+    assert fast == (general if usual else None)
 
 
 # ---- the completion's request digest ------------------------------------------------
@@ -181,3 +207,21 @@ def test_a_new_list_or_a_shorter_one_starts_the_digest_again(which: str) -> None
     assert digests.of(first, scrubber) == _whole(first, scrubber)  # type: ignore[arg-type]
     other = _Request([{"role": "user", "content": "c"}], None, {}, False)
     assert digests.of(other, scrubber) == _whole(other, scrubber)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(asks=st.lists(st.tuples(st.sampled_from([{}, {"temperature": 0.5}, {"stop": [KEY]}]),
+                               st.booleans(), st.booleans()), min_size=2, max_size=5))
+def test_a_digest_follows_params_stream_and_tools_that_change_between_completions(
+        asks: list[tuple[dict[str, Any], bool, bool]]) -> None:
+    """The part after the messages is kept between completions of a send;
+    another params dict, stream flag or tools list is digested anew."""
+    scrubber = SCRUBBERS["key"]
+    digests = RequestDigests()
+    request = _Request([{"role": "user", "content": "hi"}], None, {}, False)
+    for params, stream, with_tools in asks:
+        request.params, request.stream = dict(params), stream
+        request.tools = [{"type": "function", "function": {"name": "sum"}}] if with_tools \
+            else None
+        assert digests.of(request, scrubber) == _whole(request, scrubber)  # type: ignore[arg-type]
+        request.messages.append({"role": "assistant", "content": "ok"})

@@ -41,15 +41,17 @@ class RequestDigests:
     may hold a secret (EncodedScrub). Live and replay digest by the same
     steps."""
 
-    __slots__ = ("_count", "_history", "_messages", "_scrub", "_scrubber", "_tools",
-                 "_tools_json", "_whole")
+    __slots__ = ("_count", "_history", "_messages", "_params", "_scrub", "_scrubber", "_stream",
+                 "_tail", "_tools", "_whole")
 
     def __init__(self) -> None:
         self._messages: list[Any] | None = None
         self._count = 0
         self._history = hashlib.sha256()
+        self._params: Any = None
+        self._stream: Any = None
         self._tools: Any = None
-        self._tools_json = b""
+        self._tail: bytes | None = None  # the canonical request after its messages
         self._scrubber: SecretScrubber | None = None
         self._scrub: EncodedScrub | None = None
         self._whole = False  # a secret spells part of a key: digest the request whole
@@ -57,7 +59,7 @@ class RequestDigests:
     def of(self, request: CompletionRequest, scrubber: SecretScrubber) -> str:
         if scrubber is not self._scrubber:
             self._scrubber, self._scrub = scrubber, EncodedScrub(scrubber)
-            self._messages, self._tools_json = None, b""
+            self._messages, self._tail = None, None
             self._whole = any(s in key for s in scrubber.secrets for key in _REQUEST_KEYS)
         if self._whole:
             # A "secret" that spells part of a key changes the keys' order: digest it whole.
@@ -76,13 +78,19 @@ class RequestDigests:
                            self._canonical(message))
             count += 1
         self._count = count
-        if request.tools is not self._tools or not self._tools_json:
-            self._tools, self._tools_json = request.tools, self._canonical(request.tools)
-        stream = request.stream
+        params, stream, tools = request.params, request.stream, request.tools
+        tail = self._tail
+        if tail is None or params is not self._params or tools is not self._tools or \
+                stream is not self._stream:
+            # A send asks with one params dict and one tools list (as the
+            # messages list, not changed in place while it runs).
+            self._params, self._stream, self._tools = params, stream, tools
+            tail = self._tail = (
+                b'],"params":' + self._canonical(params) + b',"stream":'
+                + (_BOOLS[stream] if type(stream) is bool else self._canonical(stream))
+                + b',"tools":' + self._canonical(tools) + b"}")
         digest = history.copy()
-        digest.update(b'],"params":' + self._canonical(request.params) + b',"stream":'
-                      + (_BOOLS[stream] if type(stream) is bool else self._canonical(stream))
-                      + b',"tools":' + self._tools_json + b"}")
+        digest.update(tail)
         return digest.hexdigest()
 
     def _canonical(self, value: Any) -> bytes:

@@ -27,7 +27,7 @@ from spearpy.durable.golive import GoLiveHook, refusals
 from spearpy.durable.recording import RecordingMemory
 from spearpy.errors import HostInterrupt
 from spearpy.journal import JournalCorrupt, JournalError, JournalFull, ReplayDiverged
-from spearpy.journal.records import Digested, hostcall_answer, hostcall_writes
+from spearpy.journal.records import Digested, hostcall_writes
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -140,8 +140,8 @@ class RunJournal:
             rc = fn(run, *args)
         finally:
             run.memory = recorder.inner
-        self._append("hostcall", request,
-                     hostcall_answer(rc, recorder.writes, self._t(), self._scrubber()))
+        writes = recorder.writes
+        self._record(lambda writer: writer.append_hostcall(call, args, rc, writes, self._t()))
         return rc
 
     def clock(self) -> float:
@@ -155,7 +155,7 @@ class RunJournal:
             return micros / 1e6
         t = self._t()
         micros = round(t * 1000)
-        self._append("hostcall", request, hostcall_answer(micros, [], t, self._scrubber()))
+        self._record(lambda writer: writer.append_hostcall("host.clock", (), micros, (), t))
         # The replayed reading, not t / 1000: the two differ in the last bit,
         # enough to round a send's elapsed_ms the other way on replay.
         return micros / 1e6
@@ -325,9 +325,6 @@ class RunJournal:
         except JournalError as exc:
             raise HostInterrupt(Outcome.HOST_ERROR,
                                 f"the run's journal cannot be written: {exc}") from None
-
-    def _scrubber(self) -> Any:
-        return self.writer.scrubber if self.writer is not None else None
 
     def _scrubber_any(self) -> SecretScrubber:
         """The run's scrubber, which the writer and the reader share."""

@@ -82,3 +82,24 @@ def guest_output_line(seq: int, name: str, arguments: str, ok: bool, output: str
     return (f'{{"seq":{seq},"kind":"guest_tool.output","request":{{"name":{shown},'
             f'"arguments_sha256":"{arguments_sha256.hexdigest()}"}},'
             f'"answer_sha256":"{answer_sha256}"}}').encode("ascii")
+
+
+# The hostcalls' names are the host's own: dotted ASCII words.
+_CALL_NAME = re.compile(r"[a-z0-9_.]{1,64}")
+
+
+def hostcall_line(seq: int, call: str, args: tuple[int, ...] | list[int], rc: int | None,
+                  writes: list[list[Any]], t: float, scrubber: SecretScrubber) -> bytes | None:
+    """A `hostcall` step ({"call", "args"} -> {"rc", "writes", "t"}, `writes`
+    as records.stored_writes gives them, already scrubbed), or None when it
+    is not of the usual shape (the general path then decides and encodes it).
+    Only the name is text a secret could spell."""
+    if not (type(call) is str and _CALL_NAME.fullmatch(call)
+            and all(type(arg) is int for arg in args)):
+        return None
+    if scrubber and scrubber.text(call) != call:
+        return None
+    shown_writes = ",".join([f'[{address},"{data}"]' for address, data in writes])
+    return (f'{{"seq":{seq},"kind":"hostcall","request":{{"call":"{call}","args":['
+            f'{",".join(map(str, args))}]}},"answer":{{"rc":{"null" if rc is None else rc},'
+            f'"writes":[{shown_writes}],"t":{float(t)!r}}}}}').encode("ascii")

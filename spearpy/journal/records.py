@@ -222,10 +222,20 @@ def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearra
     Each write is scrubbed before base64, which would hide a secret from the
     record's scrub, and keeps its length: replay writes it into a buffer of
     that size."""
+    check_hostcall_answer(rc, t)
+    return {"rc": rc, "writes": stored_writes(writes, scrubber), "t": float(t)}
+
+
+def check_hostcall_answer(rc: int | None, t: float) -> None:
     if rc is not None and type(rc) is not int:
         raise JournalError(f"a hostcall's rc is an int or None, not {type(rc).__name__}")
     if type(t) not in (int, float) or not math.isfinite(t):
         raise JournalError(f"a hostcall's t is a finite number of ms, not {_shown(t)}")
+
+
+def stored_writes(writes: Iterable[tuple[int, bytes | bytearray | memoryview]],
+                  scrubber: SecretScrubber) -> list[list[Any]]:
+    """A hostcall's memory writes as its answer stores them: [address, base64]."""
     stored = []
     for address, data in writes:
         if type(address) is not int or address < 0:
@@ -238,7 +248,7 @@ def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearra
         if len(cleaned) != len(raw):
             cleaned = (cleaned + _PAD * len(raw))[:len(raw)]
         stored.append([address, base64.b64encode(cleaned).decode("ascii")])
-    return {"rc": rc, "writes": stored, "t": float(t)}
+    return stored
 
 
 def hostcall_writes(answer: Any) -> list[tuple[int, bytes]]:

@@ -13,20 +13,28 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 from spearpy.journal.errors import JournalError, JournalFull
-from spearpy.journal.lines import EncodedScrub, completion_line, guest_output_line
+from spearpy.journal.lines import (
+    EncodedScrub,
+    completion_line,
+    guest_output_line,
+    hostcall_line,
+)
 from spearpy.journal.records import (
     END,
+    HOSTCALL,
     MAX_OUTCOME_CHARS,
     START,
     End,
     Start,
+    check_hostcall_answer,
     encode,
     make_step,
+    stored_writes,
 )
 from spearpy.journal.store import (
     DEFAULT_MAX_JOURNAL_BYTES,
@@ -134,6 +142,22 @@ class JournalWriter:
                 line = encode(make_step(seq, GUEST_OUTPUT, {"name": name, "arguments": arguments},
                                         [ok, output, error_code], self.scrubber))
             return self._write(GUEST_OUTPUT, line)
+
+    def append_hostcall(self, call: str, args: tuple[int, ...], rc: int | None,
+                        writes: Sequence[tuple[int, bytes]], t: float) -> int:
+        """append("hostcall", {"call", "args"}, hostcall_answer(rc, writes,
+        t)), faster."""
+        check_hostcall_answer(rc, t)
+        stored = stored_writes(writes, self.scrubber) if writes else []
+        with self._lock:
+            self._check_open()
+            seq = self._next_seq
+            line = hostcall_line(seq, call, args, rc, stored, t, self.scrubber)
+            if line is None:
+                line = encode(make_step(seq, HOSTCALL, {"call": call, "args": list(args)},
+                                        {"rc": rc, "writes": stored, "t": float(t)},
+                                        self.scrubber))
+            return self._write(HOSTCALL, line)
 
     def end(self, outcome: str, exit_code: int) -> int:
         """Write the end record (never refused for size) and mark the journal ended."""
