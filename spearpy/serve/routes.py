@@ -97,11 +97,14 @@ async def run_logs(request: Request) -> Response:
     lines): kept in a bounded ring, oldest first, once the run has ended."""
     service = _service(request)
     run_id = request.path_params["run_id"]
-    row = await _run_row(service, run_id)
-    result = row.get("result") or {}
+    # Its log lines alone, not its result (up to 64 MiB each of stdout and stderr).
+    row = await asyncio.to_thread(service.store.get_logs, run_id)
+    if row is None:
+        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    logs = row.get("logs") or {}
     return service.json({"id": run_id, "status": row["status"],
-                         "logs": result.get("logs", []),
-                         "dropped": result.get("logs_dropped", 0)}, redacted=("logs",))
+                         "logs": logs.get("logs") or [],
+                         "dropped": logs.get("dropped") or 0}, redacted=("logs",))
 
 
 async def cancel_run(request: Request) -> Response:

@@ -34,11 +34,12 @@ from spearpy.serve.store_rows import (
     COLUMNS,
     IN_PROGRESS,
     LISTED,
+    LOGS,
     UnstoredEnd,
     column,
     create_tables,
+    end_columns,
     record_of,
-    with_summary,
 )
 from spearpy.serve.store_rows import EventRow as EventRow
 
@@ -61,6 +62,7 @@ RETRY_ENDS_S = 2.0
 _UNSTORED_OUTPUT_BYTES = 64 << 20
 _UNSTORED_ENDS = 10_000
 
+_WHOLE = tuple(name for name in COLUMNS if name != "logs")  # get_run's
 MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
 # Called once the write is done: committed, or refused by the disk (then too,
 # so live clients are never left waiting on a write that will not come).
@@ -166,7 +168,7 @@ class RunStore:
         client that saw the end event reads the finished record. Until that
         commits, and while the disk refuses it (written again every
         RETRY_ENDS_S), reads show the end from memory."""
-        fields = with_summary(fields)
+        fields = end_columns(fields)
         names = list(fields)
         end = UnstoredEnd(names, [column(fields, name) for name in names], final)
         with self._ends_lock:
@@ -305,15 +307,22 @@ class RunStore:
 
     def get_run(self, run_id: str, *, output: bool = True) -> dict[str, Any] | None:
         """The run's record; `output` False leaves its result out (up to
-        64 MiB each of stdout and stderr), for reads that need the request."""
-        names = COLUMNS if output else LISTED
+        64 MiB each of stdout and stderr), for reads that need the request.
+        Its log lines are left out either way (`get_logs`)."""
+        record = self._get(run_id, _WHOLE if output else LISTED)
+        if record is not None:
+            del record["summary"]  # the result is whole here, or left out
+        return record
+
+    def get_logs(self, run_id: str) -> dict[str, Any] | None:
+        """The run's id, status and log lines ({"logs", "dropped"}; None
+        until it ends), without its result."""
+        return self._get(run_id, LOGS)
+
+    def _get(self, run_id: str, names: tuple[str, ...]) -> dict[str, Any] | None:
         row = self._reader().execute(f"SELECT {','.join(names)} FROM runs WHERE id=?",
                                      (run_id,)).fetchone()
-        if row is None:
-            return None
-        record = self._unstored(record_of(names, row))
-        del record["summary"]  # the result is whole here, or left out
-        return record
+        return None if row is None else self._unstored(record_of(names, row))
 
     def list_runs(self, limit: int, before: float | None = None, status: str | None = None
                   ) -> tuple[list[dict[str, Any]], bool]:

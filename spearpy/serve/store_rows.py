@@ -12,7 +12,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, created_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
     module TEXT NOT NULL, sha256 TEXT, request TEXT NOT NULL, outcome TEXT,
     exit_code INTEGER, message TEXT, host_run_id TEXT, cancel_reason TEXT, result TEXT,
-    summary TEXT);
+    summary TEXT, logs TEXT);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, record TEXT NOT NULL,
@@ -24,36 +24,54 @@ CREATE TABLE IF NOT EXISTS resume_inputs (
 # after the service restarted.
 IN_PROGRESS = ("running", "resumed")
 COLUMNS = ("id", "created_at", "ended_at", "status", "module", "sha256", "request", "outcome",
-           "exit_code", "message", "host_run_id", "cancel_reason", "result", "summary")
-_JSON_COLUMNS = ("request", "result", "summary")
+           "exit_code", "message", "host_run_id", "cancel_reason", "result", "summary", "logs")
+_JSON_COLUMNS = ("request", "result", "summary", "logs")
 # What the run list shows of a result, kept in a column of its own: the
 # result holds the output (up to 64 MiB each of stdout and stderr, and the
 # transcripts), which a list of 500 runs must not read.
 _SUMMARY_KEYS = ("usage", "elapsed_ms")
-LISTED = tuple(name for name in COLUMNS if name != "result")
+# The guest's last log lines ({"logs": [...], "dropped": n}), in a column of
+# their own too: what GET /v1/runs/{id}/logs reads instead of the result. A
+# bounded ring (spearpy.logring), but up to 256 KiB: not in a listing either.
+_LOG_KEYS = {"logs": "logs", "logs_dropped": "dropped"}  # result key: column key
+# What a run's end holds in memory only while its disk refuses it, up to a cap.
+OUTPUT_COLUMNS = ("result", "logs")
+LISTED = tuple(name for name in COLUMNS if name not in OUTPUT_COLUMNS)
+LOGS = ("id", "status", "logs")
 
 EventRow = tuple[int, str, str]  # seq, kind, JSON record
 
 
 def create_tables(db: sqlite3.Connection) -> None:
     db.executescript(_SCHEMA)
-    # A state directory from before the summary column: add it, and fill it
-    # for the runs there once, here, rather than on every listing.
-    if "summary" in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
+    # A state directory from before the summary or logs column: add it, and
+    # fill it for the runs there once, here, rather than on every read.
+    summary = ", ".join(f"'{key}', json_extract(result, '$.{key}')" for key in _SUMMARY_KEYS)
+    _add_column(db, "summary", f"json_object({summary})")
+    _add_column(db, "logs", "json_object('logs', json(coalesce(json_extract(result, '$.logs'), "
+                            "'[]')), 'dropped', coalesce(json_extract(result, "
+                            "'$.logs_dropped'), 0))")
+
+
+def _add_column(db: sqlite3.Connection, name: str, fill: str) -> None:
+    if name in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
         return
-    parts = ", ".join(f"'{key}', json_extract(result, '$.{key}')" for key in _SUMMARY_KEYS)
     db.execute("BEGIN IMMEDIATE")
-    db.execute("ALTER TABLE runs ADD COLUMN summary TEXT")
-    db.execute(f"UPDATE runs SET summary = json_object({parts}) WHERE result IS NOT NULL")
+    db.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
+    db.execute(f"UPDATE runs SET {name} = {fill} WHERE result IS NOT NULL")
     db.execute("COMMIT")
 
 
-def with_summary(fields: dict[str, Any]) -> dict[str, Any]:
-    """A run's end fields, with the summary of their result."""
+def end_columns(fields: dict[str, Any]) -> dict[str, Any]:
+    """A run's end fields as stored: the summary of their result, and its
+    log lines moved to their own column."""
     result = fields.get("result")
     if not isinstance(result, dict):
         return fields
-    return {**fields, "summary": {key: result.get(key) for key in _SUMMARY_KEYS}}
+    kept = {key: value for key, value in result.items() if key not in _LOG_KEYS}
+    return {**fields, "result": kept,
+            "summary": {key: result.get(key) for key in _SUMMARY_KEYS},
+            "logs": {column: result.get(key) for key, column in _LOG_KEYS.items()}}
 
 
 class UnstoredEnd:
@@ -66,10 +84,10 @@ class UnstoredEnd:
         self.final = final
         self.refused = False
         self.output_bytes = sum(len(v) for n, v in zip(names, values, strict=True)
-                                if n == "result" and isinstance(v, str))
+                                if n in OUTPUT_COLUMNS and isinstance(v, str))
 
     def drop_output(self) -> None:
-        self.values = [None if n == "result" else v
+        self.values = [None if n in OUTPUT_COLUMNS else v
                        for n, v in zip(self.names, self.values, strict=True)]
         self.output_bytes = 0
 
