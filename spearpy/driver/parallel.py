@@ -12,7 +12,10 @@ A cancel or the run's deadline ends the wait at once: the calls still
 running are abandoned (an MCP call sees the same cancel event and deadline
 and ends on its own; a Python function cannot be stopped and finishes on its
 worker, its result dropped) and the loop answers them with the interrupt's
-error.
+error. A batch made by a nested send inside a guest tool also stops waiting
+at that tool's deadline, which fails one call and never the run: each call
+still running is answered tool_exec_failed (what the guest tool cut by it
+gets) and abandoned the same way, and the batch goes on.
 
 A journaled run records the batch in the model's order, so its journal reads
 as if the calls had run one by one (journals written before batches were
@@ -38,6 +41,7 @@ from spearpy import abi
 from spearpy.chat.protocol import CallTool, CallTools, ToolOutcome
 from spearpy.driver.upstream import _Workers
 from spearpy.errors import HostInterrupt
+from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.context import RunContext
@@ -215,14 +219,27 @@ class _Batch:
             self._running += 1
             self._started.append(index)
             strays = _STRAYS.count
-            if strays >= MAX_STRAYS:  # answered at once, like a call that ended
-                self._results[index] = ToolOutcome(
-                    ok=False, error_code=abi.TOOL_EXEC_FAILED, error_message=(
-                        f"not started: {strays} tool calls abandoned by earlier sends still "
-                        "run (a Python tool that does not return?)"))
-                self._finished.put(index)
+            if strays >= MAX_STRAYS:
+                self._refuse(index, f"{strays} tool calls abandoned by earlier sends still run "
+                                    "(a Python tool that does not return?)")
+                continue
+            if self._stops.tool_deadline is not None and (late := self._tool_late()):
+                self._refuse(index, late)
                 continue
             _WORKERS.submit(self._job(index, action))
+
+    def _refuse(self, index: int, why: str) -> None:
+        """Answer a started call without running it, as if it had ended so."""
+        self._results[index] = ToolOutcome(ok=False, error_code=abi.TOOL_EXEC_FAILED,
+                                           error_message=f"not started: {why}")
+        self._finished.put(index)
+
+    def _tool_late(self) -> str | None:
+        """Why no call may run on, when the deadline of the guest tool whose
+        nested send made this batch passed (a run-ending reason is the
+        batch's to obey, not this)."""
+        reason = self._stops.reason()
+        return reason[1] if reason is not None and reason[0] is Outcome.TOOL_TIMEOUT else None
 
     def _job(self, index: int, action: CallTool) -> Callable[[], None]:
         plain, results, finished = self._calls._plain, self._results, self._finished
@@ -248,6 +265,8 @@ class _Batch:
         finished = self._finished
         while not finished.empty():
             index = finished.get()
+            if self.outcomes[index] is not None:
+                continue  # answered when it was abandoned: its late result is dropped
             self._running -= 1
             outcome = self._results[index]
             assert outcome is not None  # set before its index is put
@@ -265,35 +284,52 @@ class _Batch:
         something did first."""
         stops, finished = self._stops, self._finished
         while self._running or self._waiting:
+            # reason(), not run_reason(): inside a guest tool, its deadline too.
             stops.waker.wait_until(
-                lambda: not finished.empty() or stops.run_reason() is not None,
-                stops.deadline)
+                lambda: not finished.empty() or stops.reason() is not None,
+                stops.effective_deadline())
             reason = stops.run_reason()
             if reason is not None:
                 self._cut_short(reason)
                 return reason
             self._collect()
+            if self._running and stops.tool_deadline is not None and \
+                    (late := self._tool_late()) is not None:
+                self._abandon(abi.TOOL_EXEC_FAILED,
+                              f"{late} before this call ended (abandoned, its result dropped)")
+                if self._journal is not None:
+                    self._record_ended()
         return None
 
     def _cut_short(self, reason: Reason | tuple[str, str]) -> None:
         """On the way out: keep what ended, start nothing more, and end each
-        call still running with the interrupt's error (its TOOL_END now; its
-        worker's result, whenever it comes, is dropped). The calls never
+        call still running with the interrupt's error. The calls never
         started are the loop's to answer."""
         self._waiting.clear()
         self._collect()
-        with _STRAYS.lock:  # its worker's job then counts itself out
-            for index in self._started:
-                if self._results[index] is None and index not in self._abandoned:
-                    self._abandoned.add(index)
-                    _STRAYS.count += 1
         code, message = str(reason[0]), reason[1]
-        for index in self._started:
+        self._abandon(code, message)
+        for index in self._started:  # ended since the collect: answered alike, the run ends
             if self.outcomes[index] is None:
-                outcome = ToolOutcome(ok=False, error_code=code, error_message=message)
-                self.outcomes[index] = outcome
-                if self._calls._ended is not None:
-                    self._calls._ended(self._actions[index], outcome, self._size)
+                self._answer(index, ToolOutcome(ok=False, error_code=code,
+                                                error_message=message))
+
+    def _abandon(self, code: str, message: str) -> None:
+        """Answer each call still running with this error, its TOOL_END now;
+        its worker's result, whenever it comes, is dropped."""
+        with _STRAYS.lock:  # its worker's job then counts itself out
+            cut = [index for index in self._started
+                   if self._results[index] is None and index not in self._abandoned]
+            self._abandoned.update(cut)
+            _STRAYS.count += len(cut)
+        for index in cut:
+            self._answer(index, ToolOutcome(ok=False, error_code=code, error_message=message))
+
+    def _answer(self, index: int, outcome: ToolOutcome) -> None:
+        self.outcomes[index] = outcome
+        self._running -= 1
+        if self._calls._ended is not None:
+            self._calls._ended(self._actions[index], outcome, self._size)
 
     def _record_ended(self) -> None:
         """Journal the calls that ended with every call before them."""
