@@ -6,8 +6,13 @@ join bound only guards against a hang)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +27,7 @@ from spearpy.testing import ScriptedServer
 from spearpy.tools.python import PythonTools
 from tests.probe import Probe, tool_schema, wat_module
 
+ROOT = Path(__file__).resolve().parents[1]
 HANG_GUARD_S = 30.0  # only a hung send waits that long
 TOOL_TIMEOUT_S = 1.0
 REENTER = 8  # probe.wat's table index of the tool that sends on another session
@@ -142,3 +148,75 @@ def test_a_batch_inside_a_tool_ends_its_stuck_python_call_at_the_tool_deadline(
     # and the outer send went on to its answer.
     assert tool["executed"], tool
     assert [m["role"] for m in requests[-1].body["messages"]][-1] == "tool"
+
+
+# Run in a process of its own: once it has its Host and guest, it caps its
+# address space just above what it maps and asks 1 GiB of stack for each new
+# thread, so no thread can start in it any more (RLIMIT_AS binds root too,
+# where RLIMIT_NPROC does not); then a reply asks for two Python calls.
+_NO_THREADS_CHILD = """
+import json, resource, sys, threading
+from spearpy import abi
+from spearpy.context import RunOptions
+from spearpy.host import Host
+from spearpy.tools.python import PythonTools
+from tests.probe import Probe, wat_module
+
+def count(i: int) -> str:
+    return f"count {i}"
+
+tools = PythonTools()
+tools.add(count, parameters={"type": "object", "properties": {"i": {"type": "integer"}}})
+events = []
+with Host(cache_dir=None, model="m", max_retries=0, base_url=sys.argv[1], api_key_env="",
+          python_tools=tools) as host:
+    probe = Probe(host, wat_module("probe.wat"),
+                  RunOptions(capture_output=True, sinks=[events.append]))
+    fd = probe.hc("cchat_create")
+    assert probe.write_msg(fd, "user", "go") == 0
+    status = open("/proc/self/status").read().splitlines()
+    mapped = int(next(line for line in status if line.startswith("VmSize")).split()[1]) << 10
+    threading.stack_size(1 << 30)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), resource.RLIM_INFINITY))
+    try:
+        threading.Thread(target=lambda: None).start()
+        started = True
+    except RuntimeError:
+        started = False
+    report = {"thread_started": started}
+    try:
+        report["body"] = probe.recv_json(probe.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
+    except BaseException as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    report["tools"] = [[e.kind, e.data["tool_call_id"], e.data.get("error")] for e in events
+                       if e.kind in ("tool_start", "tool_end")]
+    print(json.dumps(report))
+"""
+
+
+def test_a_call_whose_worker_thread_cannot_start_is_answered_and_the_run_goes_on() -> None:
+    """A process at its limit cannot start the thread a call would run on:
+    that call is answered tool_exec_failed (its tool_end follows its
+    tool_start) and the send goes on to the model's answer, instead of the
+    error escaping the hostcall and crashing the run."""
+    script = {"rules": [{"when": {"no_tool_message": True},
+                         "reply": _calls(("count", {"i": 0}), ("count", {"i": 1}))}],
+              "default": {"content": "done"}}
+    with ScriptedServer(script) as server:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+        child = subprocess.run([sys.executable, "-c", _NO_THREADS_CHILD, server.base_url],
+                               capture_output=True, text=True, cwd=ROOT, env=env,
+                               timeout=HANG_GUARD_S * 4)
+        answers = [[m["tool_call_id"], json.loads(m["content"])["error"]]
+                   for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert child.returncode == 0, child.stderr[-3000:]
+    report = json.loads(child.stdout.splitlines()[-1])
+    assert report["thread_started"] is False  # the limit binds this process
+    assert "error" not in report, report["error"]
+    assert report["body"]["choices"][0]["message"]["content"] == "done", report["body"]
+    assert report["tools"] == [["tool_start", "c0", None], ["tool_start", "c1", None],
+                               ["tool_end", "c0", abi.TOOL_EXEC_FAILED],
+                               ["tool_end", "c1", abi.TOOL_EXEC_FAILED]], report["tools"]
+    for _cid, error in answers:
+        assert error["code"] == abi.TOOL_EXEC_FAILED and "thread" in error["message"], error

@@ -226,7 +226,11 @@ class _Batch:
             if self._stops.tool_deadline is not None and (late := self._tool_late()):
                 self._refuse(index, late)
                 continue
-            _WORKERS.submit(self._job(index, action))
+            try:
+                _WORKERS.submit(self._job(index, action))
+            except Exception as exc:  # no thread to run it: the process's limit, no memory
+                self._refuse(index, f"no worker thread could start ({type(exc).__name__}: "
+                                    f"{exc})"[:500])
 
     def _refuse(self, index: int, why: str) -> None:
         """Answer a started call without running it, as if it had ended so."""

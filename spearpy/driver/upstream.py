@@ -55,14 +55,16 @@ class _Workers:
         return self._idle
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run `job` (which must not raise) on a worker."""
+        """Run `job` (which must not raise) on a worker. Raises (RuntimeError)
+        when a worker was needed and no thread could start: then the job
+        was not queued, and no later worker runs it."""
         with self._lock:
             start = self._idle == 0
             if not start:
                 self._idle -= 1  # that worker is promised this job
-        self._jobs.put(job)
         if start:
             threading.Thread(target=self._work, name="spearpy-upstream", daemon=True).start()
+        self._jobs.put(job)
 
     def _work(self) -> None:
         while True:
