@@ -16,6 +16,10 @@ number the journal holds:
 - a SESSION_CLOSED the guest read from the journal ends the streams it
   had reopened (StreamHub.end_resumed): they were that session's, and the
   next one starts fresh, as it did then;
+- a client that attached while the run replayed, before the replay reached
+  a stream's open, connected that stream then: the STREAM_CONNECTED queued
+  for it is dropped as the run goes live (StreamHub.went_live), since the
+  guest's journaled control reads already hold the connect it read;
 - on a run without one (a replay: no client needed), a placeholder
   (`durable.golive.Unbuilt`); the run cannot go live while one is open, and
   says so (the go-live hook below) instead of leaving the guest to wait on
@@ -94,6 +98,8 @@ def _open_as(run: RunContext, entry: Fd, fd: int, name: str) -> None:
 
 
 def _streams_go_live(run: RunContext) -> Rebuilt:
+    if run.options.streams is not None:
+        run.options.streams.went_live()  # no second STREAM_CONNECTED for a reopened stream
     done = Rebuilt()
     held = []
     for fd, entry in run.fds.entries():

@@ -74,6 +74,8 @@ class StreamHub:
         # Streams a resumed run reopened from its journal (durable runs) that
         # no session has taken yet: the next one does.
         self._resumed: set[int] = set()
+        # Every channel the replay reopened a stream on, until the run goes live.
+        self._reopened: dict[int, Channel] = {}
 
     # ---- wake-ups --------------------------------------------------------------
 
@@ -158,11 +160,42 @@ class StreamHub:
                 channel = Channel(stream_id, self.limits, self, State.INIT)
                 self._channels[stream_id] = channel
                 self._listed = (*self._listed, channel)
+            if resumed:
+                self._reopened[stream_id] = channel
             if resumed and channel.state is State.INIT:
                 channel.state = State.CONNECTED
                 if self._session is None:
                     self._resumed.add(stream_id)
             return channel
+
+    def went_live(self) -> None:
+        """A resumed run goes on live: drop the STREAM_CONNECTED its control
+        queues hold for streams the replay reopened. A client that attached
+        while the run replayed (before the replay reached a stream's open)
+        connected that stream then (`route`, or `open_ctl` on a replayed
+        control fd), but the guest's control reads were the journal's, which
+        hold the connect it read before the crash: read again live, it would
+        be a second one, which a run without a crash never gets. Connects
+        of streams the journal never opened, and of ones a later session
+        connected again (after a SESSION_CLOSED), are news and stay."""
+        with self._lock:
+            reopened = {stream_id for stream_id, channel in self._reopened.items()
+                        if self._channels.get(stream_id) is channel}
+            self._reopened.clear()
+            if not reopened:
+                return
+            for queue in self._ctl:
+                # The current session's events: those after the last SESSION_CLOSED
+                # (a session's end closes all its channels).
+                events = list(queue.events)
+                start = max((i + 1 for i, (_s, kind) in enumerate(events)
+                             if kind == CTL_SESSION_CLOSED), default=0)
+                kept = events[:start] + [(stream_id, kind) for stream_id, kind in events[start:]
+                                         if kind != CTL_STREAM_CONNECTED
+                                         or stream_id not in reopened]
+                if len(kept) != len(events):
+                    queue.events.clear()
+                    queue.events.extend(kept)
 
     def end_resumed(self) -> None:
         """A resumed run's journal says the session its reopened streams were
