@@ -62,7 +62,7 @@ def _reads_the_result(sql: str) -> bool:
         re.search(r"\bresult\b", sql) is not None
 
 
-def test_the_logs_route_does_not_read_the_runs_output(
+def test_the_logs_events_and_cancel_routes_do_not_read_the_runs_output(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mods = tmp_path / "modules"
     mods.mkdir()
@@ -82,11 +82,17 @@ def test_the_logs_route_does_not_read_the_runs_output(
         TracedStore.selects.clear()
         logs = client.get(f"/v1/runs/{run['id']}/logs")
         assert client.get("/v1/runs/nope/logs").status_code == 404
+        # The routes that only check the run exists, or read its outcome,
+        # leave its output alone too.
+        events = client.get(f"/v1/runs/{run['id']}/events")
+        cancel = client.delete(f"/v1/runs/{run['id']}")
     assert logs.status_code == 200, logs.text
     assert logs.json() == {"id": run["id"], "status": "finished", "dropped": 0,
                            "logs": [{"level": "info", "text": "kept line one"},
                                     {"level": "warn", "text": "kept line two"}]}
-    assert TracedStore.selects, "the route read nothing from the store"
+    assert events.status_code == 200 and '"outcome":"exited"' in events.text
+    assert cancel.status_code == 409 and cancel.json()["outcome"] == "exited"
+    assert TracedStore.selects, "the routes read nothing from the store"
     assert not [sql for sql in TracedStore.selects if _reads_the_result(sql)]
 
 

@@ -44,8 +44,10 @@ def _service(request: Request) -> Service:
     return service
 
 
-async def _run_row(service: Service, run_id: str) -> dict[str, Any]:
-    row = await asyncio.to_thread(service.store.get_run, run_id)
+async def _run_row(service: Service, run_id: str, *, output: bool = True) -> dict[str, Any]:
+    """The run's record; `output` False: without its output (up to 64 MiB
+    each of stdout and stderr), for a route that shows none."""
+    row = await asyncio.to_thread(service.store.get_run, run_id, output=output)
     if row is None:
         raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
     return row
@@ -110,9 +112,10 @@ async def run_logs(request: Request) -> Response:
 async def cancel_run(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
-    row = await _run_row(service, run_id)
+    row = await _run_row(service, run_id, output=False)  # the view shows no output
     if not service.runs.cancel(run_id, "request"):
-        row = await _run_row(service, run_id)  # it may have ended since the first read
+        # It may have ended since the first read.
+        row = await _run_row(service, run_id, output=False)
         raise Problem(409, f"run {run_id} already ended ({row['outcome']})",
                       slug="run-ended", outcome=row["outcome"])
     return service.json(run_view(row, full=False, cancel_requested=True), 202)
@@ -121,7 +124,7 @@ async def cancel_run(request: Request) -> Response:
 async def run_events(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
-    await _run_row(service, run_id)
+    await _run_row(service, run_id, output=False)  # it exists
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     try:
         cursor = int(last) if last not in (None, "") else -1

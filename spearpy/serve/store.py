@@ -306,12 +306,14 @@ class RunStore:
         return record if end is None else end.over(record)
 
     def get_run(self, run_id: str, *, output: bool = True) -> dict[str, Any] | None:
-        """The run's record; `output` False leaves its result out (up to
-        64 MiB each of stdout and stderr), for reads that need the request.
-        Its log lines are left out either way (`get_logs`)."""
+        """The run's record; `output` False leaves its output out (up to
+        64 MiB each of stdout and stderr): its `result` is the summary a
+        listing shows. Its log lines are left out either way (`get_logs`)."""
         record = self._get(run_id, _WHOLE if output else LISTED)
         if record is not None:
-            del record["summary"]  # the result is whole here, or left out
+            summary = record.pop("summary")
+            if not output:
+                record["result"] = summary
         return record
 
     def get_logs(self, run_id: str) -> dict[str, Any] | None:
