@@ -9,7 +9,10 @@ a message naming its pid and how it died, and is replaced; nobody waits for
 it. A run with a journal (RunJob.journal) is resumed from it on another
 worker instead, at most `max_resumes` times (docs/durable.md: the journal
 answers what the lost worker was told, so no completion it journaled is
-asked again); its `on_event` gets a RUN_RESUMED event first. Workers are
+asked again); its `on_event` gets a RUN_RESUMED event first. A message the
+parent cannot unpickle (a class only the worker has) ends only the runs it
+was about, as host_error (unreadable.py); one that names no run stops the
+worker, which then ends its runs as a death does, saying why. Workers are
 fresh interpreters (worker.py): the parent runs threads (epoch ticker, HTTP
 pools) that `fork` would copy mid-use.
 """
@@ -33,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.resumes import resumed_event, resumed_job
+from spearpy.executors.unreadable import first_unreadable, salvage
+from spearpy.outcome import Outcome, RunResult, exit_code_for
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -194,9 +199,16 @@ class ProcessRuns:
         worker.tasks.close()
 
     def _read_loop(self, worker: _Worker) -> None:
+        stopped: str | None = None  # why the worker is stopped, when its pipe cannot be read on
         try:
             while True:
-                message = worker.results.recv()
+                data = worker.results.recv_bytes()
+                try:
+                    message = pickle.loads(data)
+                except BaseException as exc:  # a daemon thread: nothing else reaches it this way
+                    message, stopped = self._salvaged(worker, data, exc)
+                    if message is None:
+                        break
                 try:
                     self._handle(worker, message)
                 except Exception:  # the caller's side failed: the worker is fine
@@ -205,7 +217,46 @@ class ProcessRuns:
             pass  # it exited (or was killed)
         finally:
             worker.results.close()
-            self._bury(worker)
+            if stopped is not None:
+                _log.error("stopping worker process %d: %s", worker.process.pid, stopped)
+                with contextlib.suppress(OSError):
+                    worker.process.kill()
+            self._bury(worker, stopped)
+
+    def _salvaged(self, worker: _Worker, data: bytes, exc: BaseException,
+                  ) -> tuple[tuple[Any, ...], None] | tuple[None, str]:
+        """What to handle of a write the parent could not unpickle: each run
+        whose own message holds what could not be rebuilt ends, the others'
+        messages are handled as usual; or (None, why) when the write cannot
+        be told apart by run, and the worker must go."""
+        parts = salvage(data)
+        if parts is None:
+            return None, f"a message from it could not be read ({type(exc).__name__}: {exc})"[:500]
+        kept = []
+        for part in parts:
+            bad = first_unreadable(part)
+            if bad is None:
+                kept.append(part)
+            elif part[0] in ("event", "end") and len(part) > 1 and isinstance(part[1], str):
+                self._unreadable_run(worker, part[1], ended=part[0] == "end", why=bad.why)
+            elif part[0] != "loaded":  # a count of cache hits is no loss
+                return None, f"its {part[0]!r} message could not be read ({bad.why})"
+        return ("batch", kept), None
+
+    def _unreadable_run(self, worker: _Worker, key: str, *, ended: bool, why: str) -> None:
+        """End a run whose message the parent could not read, and stop it on
+        the worker if it still runs there (nothing more of it would be read)."""
+        with self._lock:
+            run = worker.runs.pop(key, None)
+        if run is None:
+            return  # ended already
+        if not ended:
+            worker.outbox.put(("cancel", key))
+        message = (f"a message about this run from its worker process (pid "
+                   f"{worker.process.pid}) could not be read: {why}")
+        _log.error("run %s: %s", key, message)
+        run.on_end(RunResult(run_id="", exit_code=exit_code_for(Outcome.HOST_ERROR),
+                             outcome=Outcome.HOST_ERROR.value, message=message), None)
 
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -236,9 +287,10 @@ class ProcessRuns:
             worker.fatal = message[1]
             _log.error("a worker process could not start: %s", message[1])
 
-    def _bury(self, worker: _Worker) -> None:
+    def _bury(self, worker: _Worker, stopped: str | None = None) -> None:
         """After the worker's pipe closed: replace it, then end its runs
-        (their caller may submit them again: the replacement takes them)."""
+        (their caller may submit them again: the replacement takes them).
+        `stopped`: why the parent stopped it, said instead of how it died."""
         with self._lock:
             worker.dead = True  # before the reap: no new run goes to it meanwhile
         code = reap(worker.process, _STOP_GRACE_S)
@@ -263,7 +315,9 @@ class ProcessRuns:
             except OSError:
                 _log.exception("a worker process could not be replaced")
         why = (f"the worker process (pid {worker.process.pid}) running this run "
-               f"{_died(code)} before the run ended")
+               f"{_died(code)} before the run ended" if stopped is None else
+               f"the worker process (pid {worker.process.pid}) running this run was "
+               f"stopped before the run ended: {stopped}")
         for run in runs.values():
             try:
                 if self._resumable(run):

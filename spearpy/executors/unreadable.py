@@ -1,0 +1,161 @@
+"""What the parent can still read of a worker's message that pickle.loads
+refused: a class only the worker has, a constructor that raises here.
+
+A worker's write may combine several runs' messages (worker._Combined), so
+one object nobody here can rebuild would otherwise lose them all. Read
+again with the pure-Python unpickler, each object that cannot be rebuilt
+becomes an `Unreadable` that says why, and the messages around it are
+intact: procs.py then ends only the runs whose own message holds one. Only
+a message that failed already is read this way (the Python unpickler is
+far slower), and it runs nothing pickle.loads would not have run.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any, cast
+
+Message = tuple[Any, ...]
+
+
+class Unreadable:
+    """Stands where an object of the message could not be rebuilt. Whatever
+    the unpickler does next with the object it stands for (calls it, sets
+    its state, appends or stores into it) is absorbed."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Unreadable:
+        return self  # a class or function the worker has and this process lacks
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+class _Salvager(pickle._Unpickler):
+    """The Python unpickler, each opcode that finds or builds an object
+    replaced by one that leaves an Unreadable where it fails."""
+
+    stack: list[Any]  # the unpickler's, untyped in its stubs
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception as exc:
+            return Unreadable(f"{module}.{name}: {_why(exc)}"[:300])
+
+    def load_reduce(self) -> None:
+        stack = self.stack
+        args = stack.pop()
+        try:
+            stack[-1] = stack[-1](*args)
+        except BaseException as exc:  # SystemExit too: a worker's object must not end the reader
+            stack[-1] = Unreadable(_why(exc))
+
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        try:
+            built = cls if isinstance(cls, Unreadable) else cls.__new__(cls, *args)
+        except BaseException as exc:
+            built = Unreadable(_why(exc))
+        self.stack.append(built)
+
+    def load_newobj_ex(self) -> None:
+        kwargs = self.stack.pop()
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        try:
+            built = cls if isinstance(cls, Unreadable) else cls.__new__(cls, *args, **kwargs)
+        except BaseException as exc:
+            built = Unreadable(_why(exc))
+        self.stack.append(built)
+
+    def load_build(self) -> None:
+        try:
+            _BUILD(self)  # pops the state; the object stays
+        except BaseException as exc:
+            self.stack[-1] = Unreadable(_why(exc))
+
+    def _instantiate(self, klass: Any, args: Any) -> None:  # INST and OBJ (protocols 0, 1)
+        try:
+            _INSTANTIATE(self, klass, args)
+        except BaseException as exc:
+            self.stack.append(Unreadable(_why(exc)))
+
+
+_Op = Callable[[Any], None]
+_BUILD: _Op = pickle._Unpickler.dispatch[pickle.BUILD[0]]
+_INSTANTIATE: Callable[[Any, Any, Any], None] = \
+    pickle._Unpickler._instantiate  # type: ignore[attr-defined]
+_Salvager.dispatch = {**pickle._Unpickler.dispatch,
+                      pickle.REDUCE[0]: cast(_Op, _Salvager.load_reduce),
+                      pickle.NEWOBJ[0]: cast(_Op, _Salvager.load_newobj),
+                      pickle.NEWOBJ_EX[0]: cast(_Op, _Salvager.load_newobj_ex),
+                      pickle.BUILD[0]: cast(_Op, _Salvager.load_build)}
+
+
+def salvage(data: bytes) -> list[Message] | None:
+    """The messages of a write the parent could not read, an Unreadable in
+    place of each object that failed; None when not even that much can be
+    read (not a pickle, cut short, not a message)."""
+    import io
+
+    try:
+        message = _Salvager(io.BytesIO(data)).load()
+    except Exception:
+        return None
+    if not _is_message(message):
+        return None
+    parts = message[1] if message[0] == "batch" and isinstance(message[1], list) else [message]
+    return parts if all(_is_message(part) for part in parts) else None
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, tuple) and bool(value) and isinstance(value[0], str)
+
+
+def first_unreadable(value: Any) -> Unreadable | None:
+    """The first Unreadable in `value`, looked for through containers and
+    objects' attributes (a run's result, an event)."""
+    seen: set[int] = set()
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Unreadable):
+            return item
+        if item is None or isinstance(item, (str, bytes, bytearray, int, float)) or \
+                id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            todo.extend(item)
+        else:
+            state = getattr(item, "__dict__", None)
+            if isinstance(state, dict):
+                todo.extend(state.values())
+            for cls in type(item).__mro__:
+                slots = cls.__dict__.get("__slots__", ())
+                for slot in (slots,) if isinstance(slots, str) else slots:
+                    todo.append(getattr(item, slot, None))
+    return None

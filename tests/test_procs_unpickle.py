@@ -1,0 +1,210 @@
+"""A message from a process worker that the parent cannot read: the worker
+pickled it, the parent's unpickling fails (a class only the worker has, a
+constructor that raises here). Real worker processes running real guests;
+what makes their messages unreadable is test code the workers import at
+startup (a sitecustomize on their PYTHONPATH), so the parent reads them
+exactly as it would any other."""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import os
+import pickle
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spearpy import HostConfig
+from spearpy.executors.base import RunJob
+from spearpy.executors.procs import ProcessRuns
+from spearpy.outcome import RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "wasm-samples"
+HELLO = (SAMPLES / "c_hello.wasm").read_bytes()
+LOOP = (SAMPLES / "c_infinite_loop.wasm").read_bytes()
+WAIT_S = 120.0  # only a guard against a hung test; no assertion is about time
+
+# Imported by each worker process at startup, never by the parent: a run
+# keyed odd-end-* ends with an object of a class the parent does not have in
+# its result; a run keyed odd-event-* sends, after its run_start, an event
+# whose rebuilding raises (it divides by zero) wherever it is unpickled.
+SITECUSTOMIZE = '''
+import dataclasses
+import operator
+
+import spearpy.executors.base as base
+
+_run_on = base.run_on
+
+
+class WorkerOnly:
+    pass
+
+
+class Divides:
+    def __reduce__(self):
+        return (operator.truediv, (1, 0))
+
+
+def run_on(host, module, job, cancel, on_event):
+    if job.key.startswith("odd-event") and on_event is not None:
+        inner = on_event
+
+        def on_event(event):
+            inner(event)
+            if event.kind == "run_start":
+                inner(Divides())
+    result = _run_on(host, module, job, cancel, on_event)
+    if job.key.startswith("odd-end"):
+        result = dataclasses.replace(result, transcripts=[{"value": WorkerOnly()}])
+    return result
+
+
+base.run_on = run_on
+'''
+
+
+class Watch:
+    """One run's callbacks: its events as they come, and every on_end call."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+        self.ends: list[tuple[RunResult | None, BaseException | None]] = []
+        self.started = threading.Event()
+        self.ended = threading.Event()
+
+    def on_event(self, event: Any) -> None:
+        self.kinds.append(event.kind)
+        if event.kind == "run_start":
+            self.started.set()
+
+    def on_end(self, result: RunResult | None, error: BaseException | None) -> None:
+        self.ends.append((result, error))
+        self.ended.set()
+
+    def result(self) -> RunResult:
+        assert self.ended.wait(WAIT_S), "the run never ended"
+        [(result, error)] = self.ends  # exactly one end
+        assert result is not None, error
+        return result
+
+
+def _submit(procs: ProcessRuns, key: str, wasm: bytes) -> Watch:
+    watch = Watch()
+    job = RunJob(key, f"{key}.wasm", hashlib.sha256(wasm).hexdigest())
+    procs.submit(job, wasm, None, None, threading.Event(), watch.on_event, watch.on_end)
+    return watch
+
+
+@pytest.fixture
+def procs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessRuns]:
+    """One worker running two runs at once, with the test's sitecustomize."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(hooks), os.environ.get("PYTHONPATH")) if p))
+    script = tmp_path / "idle.json"
+    script.write_text('{"default": {"content": "idle"}}')
+    runs = ProcessRuns(HostConfig(backend=f"scripted:{script}", cache_dir=None), 2, workers=1)
+    runs.start()
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
+def test_an_unreadable_message_ends_only_its_run(procs: ProcessRuns) -> None:
+    """A run whose end, or whose event, the parent cannot rebuild ends
+    host_error naming why; the worker and its other runs go on. The run
+    whose event was unreadable is cancelled on the worker too: with two runs
+    at a time there and one that never ends, the next run gets a thread
+    only because of it."""
+    steady = _submit(procs, "steady", LOOP)
+    assert steady.started.wait(WAIT_S)
+    [pid] = procs.worker_pids()
+
+    odd_end = _submit(procs, "odd-end-1", HELLO).result()
+    assert odd_end.outcome == "host_error" and odd_end.exit_code == 70, odd_end
+    assert "could not be read" in odd_end.message and "WorkerOnly" in odd_end.message, \
+        odd_end.message
+    assert f"pid {pid}" in odd_end.message
+
+    odd_event = _submit(procs, "odd-event-1", LOOP).result()
+    assert odd_event.outcome == "host_error", odd_event
+    assert "ZeroDivisionError" in odd_event.message, odd_event.message
+
+    plain = _submit(procs, "plain", HELLO).result()
+    assert (plain.outcome, plain.exit_code) == ("exited", 0), plain
+    assert b"hello from C" in (plain.stdout or b"")
+
+    assert procs.worker_pids() == [pid] and procs.workers_lost == 0
+    assert not steady.ended.is_set()
+    procs.cancel("steady")
+    assert steady.result().outcome == "cancelled"
+
+
+def test_a_message_that_names_no_run_ends_the_worker_with_a_clear_reason(
+        procs: ProcessRuns) -> None:
+    """Bytes on the worker's pipe that are no pickle at all name no run:
+    the worker is stopped and replaced, and its runs end worker_lost saying
+    its message could not be read (not that it was killed)."""
+    steady = _submit(procs, "steady", LOOP)
+    assert steady.started.wait(WAIT_S)
+    [pid] = procs.worker_pids()
+    # The worker's end of the pipe it answers on (`python -m ... SPEC TASK
+    # RESULT`), written through /proc: one frame, as Connection writes them,
+    # whose body is not a pickle. The looping guest writes nothing meanwhile.
+    result_fd = (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))[-2].decode()
+    body = b"\x80\x05not a pickle"
+    with open(f"/proc/{pid}/fd/{result_fd}", "wb", buffering=0) as pipe:
+        pipe.write(struct.pack("!i", len(body)) + body)
+    lost = steady.result()
+    assert lost.outcome == "worker_lost", lost
+    assert f"pid {pid}" in lost.message and "could not be read" in lost.message, lost.message
+    assert "SIGKILL" not in lost.message
+    deadline = time.monotonic() + WAIT_S
+    while procs.worker_pids() in ([], [pid]):  # replaced
+        assert time.monotonic() < deadline, "the worker was not replaced"
+        time.sleep(0.05)
+    assert procs.workers_lost == 1
+    again = _submit(procs, "plain", HELLO).result()
+    assert (again.outcome, again.exit_code) == ("exited", 0), again
+
+
+class _Divides:
+    """Pickles anywhere; rebuilding it raises (as SITECUSTOMIZE's Divides)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (operator.truediv, (1, 0))
+
+
+def test_a_combined_write_keeps_the_messages_that_can_be_read() -> None:
+    """Several runs' messages in one write (worker._Combined), one of which
+    holds an object that cannot be rebuilt: read again, every other message
+    is whole, and the one that failed says why."""
+    from spearpy.executors.unreadable import first_unreadable, salvage
+
+    ok_end = RunResult(run_id="r-c", exit_code=0, outcome="exited", transcripts=[{"a": [1]}])
+    write = ("batch", [("event", "a", {"kind": "run_start"}),
+                       ("end", "b", RunResult(run_id="r-b", exit_code=0, outcome="exited",
+                                              transcripts=[{"value": _Divides()}]), None),
+                       ("end", "c", ok_end, None)])
+    data = pickle.dumps(write)
+    with pytest.raises(ZeroDivisionError):
+        pickle.loads(data)
+    parts = salvage(data)
+    assert parts is not None
+    assert [part[:2] for part in parts] == [("event", "a"), ("end", "b"), ("end", "c")]
+    assert parts[0] == write[1][0] and parts[2] == ("end", "c", ok_end, None)
+    assert first_unreadable(parts[0]) is None and first_unreadable(parts[2]) is None
+    bad = first_unreadable(parts[1])
+    assert bad is not None and bad.why.startswith("ZeroDivisionError")
+    assert salvage(b"\x80\x05not a pickle") is None
