@@ -225,3 +225,28 @@ def test_a_digest_follows_params_stream_and_tools_that_change_between_completion
             else None
         assert digests.of(request, scrubber) == _whole(request, scrubber)  # type: ignore[arg-type]
         request.messages.append({"role": "assistant", "content": "ok"})
+
+
+@settings(max_examples=150, deadline=None)
+@given(content=VALUES, which=st.sampled_from(sorted(SCRUBBERS)),
+       spelling=st.sampled_from(["compact", "spaced", "indented", "utf-8", "escaped"]))
+def test_a_completion_line_with_the_upstreams_bytes_decodes_as_the_general_paths(
+        content: Any, which: str, spelling: str) -> None:
+    """The body an HTTP backend received is spliced in as it came when it
+    can stand in a line (ASCII, one line, no secret); else encoded again.
+    Either way the record reads back as the general path's."""
+    scrubber = SCRUBBERS[which]
+    answer = _completion_answer(content)
+    body = answer["body"]
+    raw = {"compact": json.dumps(body, separators=(",", ":")),
+           "spaced": json.dumps(body),
+           "indented": json.dumps(body, indent=1),
+           "utf-8": json.dumps(body, ensure_ascii=False),
+           "escaped": json.dumps(body).replace('"assistant"', '"\\u0061ssistant"')}[spelling]
+    line = completion_line(9, "cd" * 32, answer, EncodedScrub(scrubber), scrubber,
+                           raw.encode("utf-8", "surrogatepass"))
+    general = encode(make_step(9, "chat.completion", Digested("cd" * 32), answer, scrubber))
+    assert b"\n" not in line and line.isascii()
+    assert decode(line) == decode(general)
+    if which == "key":
+        assert KEY not in line.decode("ascii")

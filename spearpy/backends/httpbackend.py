@@ -195,7 +195,7 @@ class HTTPBackend(abc.ABC):
         result = final.result
         return CompletionResult(
             backend=result.backend, model=result.model, body=result.body, error=result.error,
-            latency_ms=(time.monotonic() - started) * 1000.0,
+            latency_ms=(time.monotonic() - started) * 1000.0, raw=result.raw,
         )
 
     def _retry_attempts(self, request: CompletionRequest, payload: bytes,
@@ -332,10 +332,11 @@ class HTTPBackend(abc.ABC):
     def _interpret(self, request: CompletionRequest, status: int, headers: dict[str, str],
                    raw: bytes, streamed: JSONDict | None = None) -> _Attempt:
         body: Any = streamed
+        parsed: Any = None
         refused = ""
         if streamed is None:
             try:
-                body = _json.loads(raw)
+                body = parsed = _json.loads(raw)
             except _json.StructureError as exc:
                 body, refused = None, f": {exc.msg}, not parsed"
             except (UnicodeDecodeError, json.JSONDecodeError):
@@ -362,7 +363,9 @@ class HTTPBackend(abc.ABC):
             return self._fail(request, UPSTREAM_BAD_RESPONSE, str(exc), status)
         model = completion.get("model")
         model = model if isinstance(model, str) and model else request.model
-        return _Attempt(CompletionResult(self.name, model, body=completion), retryable=False)
+        return _Attempt(CompletionResult(self.name, model, body=completion,
+                                         raw=raw if completion is parsed else None),
+                        retryable=False)
 
 
 def _reason(exc: BaseException) -> str:

@@ -51,6 +51,9 @@ class CompletionResult:
     body: JSONDict | None = None  # the upstream chat-completion JSON
     error: UpstreamError | None = None
     latency_ms: float = 0.0
+    # `body` as the upstream sent it (scrubbed), when `body` is exactly its
+    # JSON: a run's journal stores these bytes rather than encode `body` again.
+    raw: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -180,7 +180,7 @@ class RunJournal:
             self._record(lambda writer: writer.append_completion(digest, {
                 "backend": result.backend, "model": result.model, "body": result.body,
                 "error": asdict(error) if error is not None else None,
-                "latency_ms": result.latency_ms, "t": self._t()}))
+                "latency_ms": result.latency_ms, "t": self._t()}, result.raw))
         return result
 
     def tool(self, source: str, name: str, arguments: str,

@@ -52,13 +52,37 @@ class EncodedScrub:
 
 
 def completion_line(seq: int, request_sha256: str, answer: Any, scrub: EncodedScrub,
-                    scrubber: SecretScrubber) -> bytes:
-    """A `chat.completion` step: its request's digest, its answer scrubbed."""
-    text = line_text(answer)
-    if not scrub.clean(text):
-        text = line_text(scrubber.value(answer))
+                    scrubber: SecretScrubber, raw_body: bytes | None = None) -> bytes:
+    """A `chat.completion` step: its request's digest, its answer scrubbed.
+    `raw_body`: the answer's body as the upstream sent it, spliced in
+    instead of encoding the body again when it can stand in a line as it is
+    (ASCII, one line, holding no secret)."""
+    text = _with_raw_body(answer, raw_body, scrub) if raw_body is not None else None
+    if text is None:
+        text = line_text(answer)
+        if not scrub.clean(text):
+            text = line_text(scrubber.value(answer))
     return (f'{{"seq":{seq},"kind":"chat.completion","request_sha256":'
             f'"{request_sha256}","answer":{text}}}').encode("ascii")
+
+
+_ANSWER_KEYS = ("backend", "model", "body", "error", "latency_ms", "t")
+
+
+def _with_raw_body(answer: Any, raw: bytes, scrub: EncodedScrub) -> str | None:
+    """The answer's text with `raw` as its body; None when `raw` may not stand
+    in a line as it is. A valid JSON text holds a raw CR or LF only as
+    whitespace (never inside a string), and non-ASCII only inside strings,
+    but the line must be ASCII and one line: such a body is encoded again."""
+    if not (raw.isascii() and b"\n" not in raw and b"\r" not in raw
+            and tuple(answer) == _ANSWER_KEYS and answer["error"] is None):
+        return None
+    body = raw.decode("ascii").strip()
+    if not scrub.clean(body):
+        return None
+    head = line_text({"backend": answer["backend"], "model": answer["model"]})
+    tail = line_text({"error": None, "latency_ms": answer["latency_ms"], "t": answer["t"]})
+    return f'{head[:-1]},"body":{body},{tail[1:]}'
 
 
 def guest_output_line(seq: int, name: str, arguments: str, ok: bool, output: str,

@@ -122,12 +122,14 @@ class JournalWriter:
             return self._write(kind, encode(make_step(self._next_seq, kind, request, answer,
                                                       self.scrubber)))
 
-    def append_completion(self, request_sha256: str, answer: Any) -> int:
-        """append("chat.completion", Digested(request_sha256), answer), faster."""
+    def append_completion(self, request_sha256: str, answer: Any,
+                          raw_body: bytes | None = None) -> int:
+        """append("chat.completion", Digested(request_sha256), answer), faster;
+        `raw_body`: answer["body"] as the upstream sent it, if it was."""
         with self._lock:
             self._check_open()
             return self._write(COMPLETION, completion_line(
-                self._next_seq, request_sha256, answer, self._scrub, self.scrubber))
+                self._next_seq, request_sha256, answer, self._scrub, self.scrubber, raw_body))
 
     def append_guest_output(self, name: str, arguments: str, ok: bool, output: str,
                             error_code: str | None) -> int:
