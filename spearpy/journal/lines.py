@@ -80,9 +80,8 @@ def _with_raw_body(answer: Any, raw: bytes, scrub: EncodedScrub) -> str | None:
     body = raw.decode("ascii").strip()
     if not scrub.clean(body):
         return None
-    head = line_text({"backend": answer["backend"], "model": answer["model"]})
-    tail = line_text({"error": None, "latency_ms": answer["latency_ms"], "t": answer["t"]})
-    return f'{head[:-1]},"body":{body},{tail[1:]}'
+    # No value encoded before the body can hold this text: a string's quotes are escaped.
+    return line_text({**answer, "body": None}).replace('"body":null', f'"body":{body}', 1)
 
 
 def guest_output_line(seq: int, name: str, arguments: str, ok: bool, output: str,
