@@ -23,6 +23,7 @@ import pytest
 from spearpy import HostConfig
 from spearpy.executors.base import RunJob
 from spearpy.executors.procs import ProcessRuns
+from spearpy.observe.events import Event
 from spearpy.outcome import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,11 +97,41 @@ class Watch:
         return result
 
 
-def _submit(procs: ProcessRuns, key: str, wasm: bytes) -> Watch:
-    watch = Watch()
+class FailingWatch(Watch):
+    """A caller whose on_end fails (its side broke), after noting the end."""
+
+    def on_end(self, result: RunResult | None, error: BaseException | None) -> None:
+        super().on_end(result, error)
+        raise RuntimeError("the caller's on_end failed")
+
+
+def _submit(procs: ProcessRuns, key: str, wasm: bytes, watch: Watch | None = None) -> Watch:
+    watch = watch or Watch()
     job = RunJob(key, f"{key}.wasm", hashlib.sha256(wasm).hexdigest())
     procs.submit(job, wasm, None, None, threading.Event(), watch.on_event, watch.on_end)
     return watch
+
+
+class _Divides:
+    """Pickles anywhere; rebuilding it raises (as SITECUSTOMIZE's Divides)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (operator.truediv, (1, 0))
+
+
+def _write_frame(pid: int, body: bytes) -> None:
+    """One frame, as Connection writes them, on the worker's end of the pipe
+    it answers on (`python -m ... SPEC TASK RESULT`), through /proc."""
+    result_fd = (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))[-2].decode()
+    with open(f"/proc/{pid}/fd/{result_fd}", "wb", buffering=0) as pipe:
+        pipe.write(struct.pack("!i", len(body)) + body)
+
+
+def _replaced(procs: ProcessRuns, pid: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while procs.worker_pids() in ([], [pid]):
+        assert time.monotonic() < deadline, "the worker was not replaced"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -159,31 +190,76 @@ def test_a_message_that_names_no_run_ends_the_worker_with_a_clear_reason(
     steady = _submit(procs, "steady", LOOP)
     assert steady.started.wait(WAIT_S)
     [pid] = procs.worker_pids()
-    # The worker's end of the pipe it answers on (`python -m ... SPEC TASK
-    # RESULT`), written through /proc: one frame, as Connection writes them,
-    # whose body is not a pickle. The looping guest writes nothing meanwhile.
-    result_fd = (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))[-2].decode()
-    body = b"\x80\x05not a pickle"
-    with open(f"/proc/{pid}/fd/{result_fd}", "wb", buffering=0) as pipe:
-        pipe.write(struct.pack("!i", len(body)) + body)
+    # The looping guest writes nothing meanwhile.
+    _write_frame(pid, b"\x80\x05not a pickle")
     lost = steady.result()
     assert lost.outcome == "worker_lost", lost
     assert f"pid {pid}" in lost.message and "could not be read" in lost.message, lost.message
     assert "SIGKILL" not in lost.message
-    deadline = time.monotonic() + WAIT_S
-    while procs.worker_pids() in ([], [pid]):  # replaced
-        assert time.monotonic() < deadline, "the worker was not replaced"
-        time.sleep(0.05)
+    _replaced(procs, pid)
     assert procs.workers_lost == 1
     again = _submit(procs, "plain", HELLO).result()
     assert (again.outcome, again.exit_code) == ("exited", 0), again
 
 
-class _Divides:
-    """Pickles anywhere; rebuilding it raises (as SITECUSTOMIZE's Divides)."""
+def test_a_failing_on_end_of_an_unreadable_run_leaves_the_worker_reading(
+        procs: ProcessRuns) -> None:
+    """The caller's on_end raising for a run ended because its message
+    could not be read is the caller's failure, as for any other end: the
+    worker and its reader go on (they were lost, after a 10 s wait and a
+    SIGKILL, and the next run with them)."""
+    [pid] = procs.worker_pids()
+    odd = _submit(procs, "odd-end-2", HELLO, FailingWatch()).result()
+    assert odd.outcome == "host_error", odd
+    plain = _submit(procs, "plain", HELLO).result()
+    assert (plain.outcome, plain.exit_code) == ("exited", 0), plain
+    assert procs.worker_pids() == [pid] and procs.workers_lost == 0
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (operator.truediv, (1, 0))
+
+def test_a_stopped_worker_says_why_in_bounded_words(procs: ProcessRuns) -> None:
+    """An unreadable message of a kind naming no run stops the worker; its
+    runs' message quotes the kind cut short, however long it is."""
+    steady = _submit(procs, "steady", LOOP)
+    assert steady.started.wait(WAIT_S)
+    [pid] = procs.worker_pids()
+    _write_frame(pid, pickle.dumps(("k" * 100_000, _Divides())))
+    lost = steady.result()
+    assert lost.outcome == "worker_lost" and "could not be read" in lost.message, lost
+    assert len(lost.message) < 1000, len(lost.message)
+    _replaced(procs, pid)
+
+
+def test_a_write_that_stops_the_worker_still_delivers_its_readable_ends(
+        procs: ProcessRuns) -> None:
+    """A combined write holding a run's readable end and an unreadable
+    message naming no run: the worker is stopped, and the run ends with the
+    result its worker sent (not worker_lost, its result dropped)."""
+    steady = _submit(procs, "steady", LOOP)
+    assert steady.started.wait(WAIT_S)
+    [pid] = procs.worker_pids()
+    sent = RunResult(run_id="r-steady", exit_code=0, outcome="exited", stdout=b"sent")
+    _write_frame(pid, pickle.dumps(("batch", [("end", "steady", sent, None),
+                                              ("mystery", _Divides())])))
+    assert steady.result() == sent
+    _replaced(procs, pid)
+    assert procs.workers_lost == 1
+
+
+def test_a_runs_events_before_its_unreadable_end_are_delivered_in_order(
+        procs: ProcessRuns) -> None:
+    """A combined write with a run's event and then its end, which cannot
+    be rebuilt: the event reaches the caller, then the run ends host_error
+    (the event was dropped, its run already ended)."""
+    steady = _submit(procs, "steady", LOOP)
+    assert steady.started.wait(WAIT_S)
+    [pid] = procs.worker_pids()
+    odd = RunResult(run_id="r-steady", exit_code=0, outcome="exited",
+                    transcripts=[{"value": _Divides()}])
+    _write_frame(pid, pickle.dumps(("batch", [("event", "steady", Event("note", "r", 9, 0.0)),
+                                              ("end", "steady", odd, None)])))
+    assert steady.result().outcome == "host_error"
+    assert steady.kinds[-1] == "note", steady.kinds
+    assert procs.worker_pids() == [pid] and procs.workers_lost == 0
 
 
 def test_a_combined_write_keeps_the_messages_that_can_be_read() -> None:

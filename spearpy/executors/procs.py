@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.resumes import resumed_event, resumed_job
-from spearpy.executors.unreadable import first_unreadable, salvage
+from spearpy.executors.unreadable import sort_out
 from spearpy.outcome import Outcome, RunResult, exit_code_for
 
 if TYPE_CHECKING:
@@ -201,14 +201,14 @@ class ProcessRuns:
     def _read_loop(self, worker: _Worker) -> None:
         stopped: str | None = None  # why the worker is stopped, when its pipe cannot be read on
         try:
-            while True:
+            while stopped is None:
+                # No copy more than recv(): getvalue() hands over the buffer
+                # the frame was read into. Kept for a second reading.
                 data = worker.results.recv_bytes()
                 try:
                     message = pickle.loads(data)
                 except BaseException as exc:  # a daemon thread: nothing else reaches it this way
-                    message, stopped = self._salvaged(worker, data, exc)
-                    if message is None:
-                        break
+                    message, stopped = sort_out(data, exc)
                 try:
                     self._handle(worker, message)
                 except Exception:  # the caller's side failed: the worker is fine
@@ -222,26 +222,6 @@ class ProcessRuns:
                 with contextlib.suppress(OSError):
                     worker.process.kill()
             self._bury(worker, stopped)
-
-    def _salvaged(self, worker: _Worker, data: bytes, exc: BaseException,
-                  ) -> tuple[tuple[Any, ...], None] | tuple[None, str]:
-        """What to handle of a write the parent could not unpickle: each run
-        whose own message holds what could not be rebuilt ends, the others'
-        messages are handled as usual; or (None, why) when the write cannot
-        be told apart by run, and the worker must go."""
-        parts = salvage(data)
-        if parts is None:
-            return None, f"a message from it could not be read ({type(exc).__name__}: {exc})"[:500]
-        kept = []
-        for part in parts:
-            bad = first_unreadable(part)
-            if bad is None:
-                kept.append(part)
-            elif part[0] in ("event", "end") and len(part) > 1 and isinstance(part[1], str):
-                self._unreadable_run(worker, part[1], ended=part[0] == "end", why=bad.why)
-            elif part[0] != "loaded":  # a count of cache hits is no loss
-                return None, f"its {part[0]!r} message could not be read ({bad.why})"
-        return ("batch", kept), None
 
     def _unreadable_run(self, worker: _Worker, key: str, *, ended: bool, why: str) -> None:
         """End a run whose message the parent could not read, and stop it on
@@ -276,6 +256,8 @@ class ProcessRuns:
             if run is not None:
                 error = RuntimeError(message[3]) if message[3] is not None else None
                 run.on_end(message[2], error)
+        elif kind == "unreadable":  # put in its message's place by sort_out
+            self._unreadable_run(worker, message[1], ended=message[2], why=message[3])
         elif kind == "loaded":
             with self._lock:
                 self.disk_cache_hits += bool(message[2])

@@ -128,6 +128,29 @@ def salvage(data: bytes) -> list[Message] | None:
     return parts if all(_is_message(part) for part in parts) else None
 
 
+def sort_out(data: bytes, exc: BaseException) -> tuple[Message, str | None]:
+    """What to handle of a write pickle.loads refused with `exc`, and why
+    the worker must go (a message naming no run failed), if it must: a
+    "batch" of the write's messages in order, each run's message that holds
+    what could not be rebuilt replaced by ("unreadable", key, whether it was
+    the run's end, why). The whole ones stay even when the worker must go:
+    a run's end that was read is its end."""
+    parts = salvage(data)
+    if parts is None:
+        return ("batch", []), f"a message from it could not be read ({_why(exc)})"
+    kept: list[Message] = []
+    stop = None
+    for part in parts:
+        bad = first_unreadable(part)
+        if bad is None:
+            kept.append(part)
+        elif part[0] in ("event", "end") and len(part) > 1 and isinstance(part[1], str):
+            kept.append(("unreadable", part[1], part[0] == "end", bad.why))
+        elif part[0] != "loaded" and stop is None:  # a count of cache hits is no loss
+            stop = f"its {part[0][:40]!r} message could not be read ({bad.why})"
+    return ("batch", kept), stop
+
+
 def _is_message(value: Any) -> bool:
     return isinstance(value, tuple) and bool(value) and isinstance(value[0], str)
 
