@@ -28,7 +28,7 @@ from spearpy.outcome import RunResult
 from spearpy.streams import StreamClient, StreamHub
 from spearpy.streams.channel import CtlQueue
 from spearpy.streams.client import UserStream
-from spearpy.streams.limits import CTL_STREAM_CONNECTED
+from spearpy.streams.limits import CTL_SESSION_CLOSED, CTL_STREAM_CONNECTED
 from spearpy.testing import ScriptedServer
 from tests.test_durable_streams_audio import (
     CHAT,
@@ -176,3 +176,24 @@ def test_a_stream_the_journal_never_opened_still_connects(world: World, tmp_path
     assert (result.outcome, result.exit_code) == ("exited", 0), result.message
     resumed = path.read_text().splitlines()
     assert _connects(resumed) == [1, 2] and _opens(resumed) == [1, 2]
+
+
+def test_a_later_session_s_connect_during_the_replay_stays() -> None:
+    """A session attached during the replay and ended before the run went
+    live (its SESSION_CLOSED queued), and the next one connected the stream
+    the replay then reopened. Once live the guest reads that SESSION_CLOSED
+    and closes its streams, as after any session: the next session's
+    connect is news it must get. The connect the first session queued is
+    the one the journal already holds. The hub as the replay drives it
+    (streams_golive: the control fd, then the stream, then the go-live)."""
+    hub = StreamHub()
+    ctl = hub.open_ctl()  # the replay reopens the guest's control fd
+    first = StreamClient(hub)
+    first.open_stream(1).send(b"q", timeout=WAIT_S)
+    first.close()
+    second = StreamClient(hub)
+    second.open_stream(1).send(b"q", timeout=WAIT_S)
+    assert hub.channel(1, resumed=True) is not None  # the replay reaches the stream's open
+    hub.went_live()
+    assert list(ctl.events) == [(0, CTL_SESSION_CLOSED), (1, CTL_STREAM_CONNECTED)]
+    second.close()

@@ -176,8 +176,9 @@ class StreamHub:
         control fd), but the guest's control reads were the journal's, which
         hold the connect it read before the crash: read again live, it would
         be a second one, which a run without a crash never gets. Connects
-        of streams the journal never opened, and of ones a later session
-        connected again (after a SESSION_CLOSED), are news and stay."""
+        of streams the journal never opened stay, and so does every event
+        from the first SESSION_CLOSED on: the guest reads that one live and
+        closes its streams, so a later session's connects are news."""
         with self._lock:
             reopened = {stream_id for stream_id, channel in self._reopened.items()
                         if self._channels.get(stream_id) is channel}
@@ -185,14 +186,14 @@ class StreamHub:
             if not reopened:
                 return
             for queue in self._ctl:
-                # The current session's events: those after the last SESSION_CLOSED
-                # (a session's end closes all its channels).
+                # What the guest reads while still in the journal's session:
+                # the events before the first SESSION_CLOSED.
                 events = list(queue.events)
-                start = max((i + 1 for i, (_s, kind) in enumerate(events)
-                             if kind == CTL_SESSION_CLOSED), default=0)
-                kept = events[:start] + [(stream_id, kind) for stream_id, kind in events[start:]
-                                         if kind != CTL_STREAM_CONNECTED
-                                         or stream_id not in reopened]
+                end = next((i for i, (_s, kind) in enumerate(events)
+                            if kind == CTL_SESSION_CLOSED), len(events))
+                kept = [(stream_id, kind) for stream_id, kind in events[:end]
+                        if kind != CTL_STREAM_CONNECTED or stream_id not in reopened
+                        ] + events[end:]
                 if len(kept) != len(events):
                     queue.events.clear()
                     queue.events.extend(kept)
