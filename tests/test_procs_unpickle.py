@@ -284,3 +284,27 @@ def test_a_combined_write_keeps_the_messages_that_can_be_read() -> None:
     bad = first_unreadable(parts[1])
     assert bad is not None and bad.why.startswith("ZeroDivisionError")
     assert salvage(b"\x80\x05not a pickle") is None
+
+
+def test_a_declared_length_longer_than_the_write_allocates_nothing() -> None:
+    """A write of a few bytes that declares a bytearray of 256 MiB: the C
+    unpickler finds it truncated without touching that memory; read again,
+    it must not be allocated (and zero-filled) either: a worker's 20-byte
+    frame declaring most of the machine's memory would have the parent
+    fill it."""
+    import tracemalloc
+
+    from spearpy.executors.unreadable import salvage
+
+    data = b"\x80\x05\x96" + struct.pack("<Q", 256 << 20) + b"."  # BYTEARRAY8, STOP
+    with pytest.raises(pickle.UnpicklingError):
+        pickle.loads(data)
+    tracemalloc.start()
+    try:
+        assert salvage(data) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    whole = pickle.dumps(("event", "k", bytearray(b"kept")), protocol=5)
+    assert salvage(whole) == [("event", "k", bytearray(b"kept"))]

@@ -12,7 +12,9 @@ far slower), and it runs nothing pickle.loads would not have run.
 
 from __future__ import annotations
 
+import io
 import pickle
+import struct
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -54,6 +56,22 @@ class _Salvager(pickle._Unpickler):
     replaced by one that leaves an Unreadable where it fails."""
 
     stack: list[Any]  # the unpickler's, untyped in its stubs
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self._size = len(data)
+
+    def load_bytearray8(self) -> None:
+        # pickle._Unpickler allocates and zero-fills the declared length
+        # before it reads (the C one does neither): a few bytes declaring
+        # gigabytes would make the parent fill them.
+        this: Any = self  # read, readinto and append are set by load()
+        size = struct.unpack("<Q", this.read(8))[0]
+        if size > self._size:
+            raise pickle.UnpicklingError("a bytearray longer than the message")
+        buffer = bytearray(size)
+        this.readinto(buffer)
+        this.append(buffer)
 
     def find_class(self, module: str, name: str) -> Any:
         try:
@@ -109,17 +127,16 @@ _Salvager.dispatch = {**pickle._Unpickler.dispatch,
                       pickle.REDUCE[0]: cast(_Op, _Salvager.load_reduce),
                       pickle.NEWOBJ[0]: cast(_Op, _Salvager.load_newobj),
                       pickle.NEWOBJ_EX[0]: cast(_Op, _Salvager.load_newobj_ex),
-                      pickle.BUILD[0]: cast(_Op, _Salvager.load_build)}
+                      pickle.BUILD[0]: cast(_Op, _Salvager.load_build),
+                      pickle.BYTEARRAY8[0]: cast(_Op, _Salvager.load_bytearray8)}
 
 
 def salvage(data: bytes) -> list[Message] | None:
     """The messages of a write the parent could not read, an Unreadable in
     place of each object that failed; None when not even that much can be
     read (not a pickle, cut short, not a message)."""
-    import io
-
     try:
-        message = _Salvager(io.BytesIO(data)).load()
+        message = _Salvager(data).load()
     except Exception:
         return None
     if not _is_message(message):
