@@ -98,8 +98,8 @@ def test_the_logs_events_and_cancel_routes_do_not_read_the_runs_output(
 
 def test_a_state_directory_from_before_the_logs_column_keeps_its_runs_logs(
         tmp_path: Path) -> None:
-    """Its runs' lines were inside their result: the column is filled from
-    there once, when the store opens."""
+    """Its runs' lines were inside their result: read from there (by
+    SQLite) while their column is empty."""
     state = tmp_path / "state"
     state.mkdir()
     old = sqlite3.connect(state / "runs.sqlite3")
@@ -127,5 +127,58 @@ def test_a_state_directory_from_before_the_logs_column_keeps_its_runs_logs(
         # A dead service's run is marked interrupted as the store opens; no end, no lines.
         assert store.get_logs("going") == {"id": "going", "status": "interrupted", "logs": None}
         assert store.get_logs("missing") is None
+    finally:
+        store.close()
+
+
+def test_opening_a_state_directory_from_before_the_column_rewrites_no_run(
+        tmp_path: Path) -> None:
+    """The column is added, not filled: filling it rewrote every row, the
+    result's overflow pages with it, in one transaction (the state
+    directory's size again in its WAL, and that long to start)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    old = sqlite3.connect(state / "runs.sqlite3")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("""
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY, created_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
+            module TEXT NOT NULL, sha256 TEXT, request TEXT NOT NULL, outcome TEXT,
+            exit_code INTEGER, message TEXT, host_run_id TEXT, cancel_reason TEXT,
+            result TEXT, summary TEXT)""")
+    lines = [{"level": "info", "text": "from before"}]
+    result = {"stdout": "x" * (4 << 20), "logs": lines, "logs_dropped": 1}
+    old.execute("INSERT INTO runs (id, created_at, status, module, request, result) "
+                "VALUES ('big', 0, 'finished', 'm', '{}', ?)", (json.dumps(result),))
+    old.commit()
+    old.close()  # its last connection: the WAL is checkpointed and removed
+    store = RunStore(state)
+    try:
+        wal = state / "runs.sqlite3-wal"
+        assert not wal.exists() or wal.stat().st_size < 1 << 20
+        assert store.get_logs("big") == {"id": "big", "status": "finished",
+                                         "logs": {"logs": lines, "dropped": 1}}
+    finally:
+        store.close()
+
+
+def test_a_run_an_older_spearpy_ended_beside_the_column_keeps_its_logs(
+        tmp_path: Path) -> None:
+    """A state directory the column was added to, then opened by an older
+    spearpy again (a rollback): the runs that one ended hold their lines in
+    their result, the column empty. Opened by this one again, they show."""
+    state = tmp_path / "state"
+    RunStore(state).close()  # the tables, with the column
+    lines = [{"level": "warn", "text": "after a rollback"}]
+    older = sqlite3.connect(state / "runs.sqlite3")
+    older.execute("INSERT INTO runs (id, created_at, status, module, request, result) "
+                  "VALUES ('rolled', 0, 'finished', 'm', '{}', ?)",
+                  (json.dumps({"stdout": "", "logs": lines, "logs_dropped": 0}),))
+    older.commit()
+    older.close()
+    store = RunStore(state)
+    try:
+        assert store.get_logs("rolled") == {"id": "rolled", "status": "finished",
+                                            "logs": {"logs": lines, "dropped": 0}}
     finally:
         store.close()

@@ -39,6 +39,7 @@ from spearpy.serve.store_rows import (
     column,
     create_tables,
     end_columns,
+    logs_of_result,
     record_of,
 )
 from spearpy.serve.store_rows import EventRow as EventRow
@@ -319,7 +320,10 @@ class RunStore:
     def get_logs(self, run_id: str) -> dict[str, Any] | None:
         """The run's id, status and log lines ({"logs", "dropped"}; None
         until it ends), without its result."""
-        return self._get(run_id, LOGS)
+        record = self._get(run_id, LOGS)
+        if record is not None and record["logs"] is None and record["status"] not in IN_PROGRESS:
+            record["logs"] = logs_of_result(self._reader(), run_id)  # ended by an older spearpy
+        return record
 
     def _get(self, run_id: str, names: tuple[str, ...]) -> dict[str, Any] | None:
         row = self._reader().execute(f"SELECT {','.join(names)} FROM runs WHERE id=?",

@@ -44,22 +44,38 @@ EventRow = tuple[int, str, str]  # seq, kind, JSON record
 
 def create_tables(db: sqlite3.Connection) -> None:
     db.executescript(_SCHEMA)
-    # A state directory from before the summary or logs column: add it, and
-    # fill it for the runs there once, here, rather than on every read.
+    # A state directory from before the summary column: add it, and fill it
+    # for the runs there once, here, rather than on every listing.
     summary = ", ".join(f"'{key}', json_extract(result, '$.{key}')" for key in _SUMMARY_KEYS)
     _add_column(db, "summary", f"json_object({summary})")
-    _add_column(db, "logs", "json_object('logs', json(coalesce(json_extract(result, '$.logs'), "
-                            "'[]')), 'dropped', coalesce(json_extract(result, "
-                            "'$.logs_dropped'), 0))")
+    # The logs column is added, not filled: filling rewrites every row, its
+    # result with it (the directory's size again in the WAL, at start). A
+    # run without it, ended by an older spearpy, has its lines read from its
+    # result (`logs_of_result`), also when that one ended it after the column came.
+    _add_column(db, "logs", None)
 
 
-def _add_column(db: sqlite3.Connection, name: str, fill: str) -> None:
+def _add_column(db: sqlite3.Connection, name: str, fill: str | None) -> None:
     if name in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
         return
     db.execute("BEGIN IMMEDIATE")
     db.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
-    db.execute(f"UPDATE runs SET {name} = {fill} WHERE result IS NOT NULL")
+    if fill is not None:
+        db.execute(f"UPDATE runs SET {name} = {fill} WHERE result IS NOT NULL")
     db.execute("COMMIT")
+
+
+_LOGS_OF_RESULT = (
+    "SELECT json_object('logs', json(coalesce(json_extract(result, '$.logs'), '[]')), "
+    "'dropped', coalesce(json_extract(result, '$.logs_dropped'), 0)) "
+    "FROM runs WHERE id = ? AND result IS NOT NULL")
+
+
+def logs_of_result(db: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+    """The log lines of a run an older spearpy ended (inside its result),
+    taken out by SQLite: the result itself never comes here."""
+    row = db.execute(_LOGS_OF_RESULT, (run_id,)).fetchone()
+    return None if row is None else dict(json.loads(row[0]))
 
 
 def end_columns(fields: dict[str, Any]) -> dict[str, Any]:
