@@ -23,8 +23,8 @@ Reason = tuple[Outcome, str]
 
 
 class Interrupts:
-    __slots__ = ("_note_lock", "_noted", "_run_timeout", "_tool_timeout_note", "cancel_event",
-                 "deadline", "tool_deadline", "tool_timeout", "waker")
+    __slots__ = ("_note_lock", "_noted", "_run_timeout", "_tool_timeout_note", "before_block",
+                 "cancel_event", "deadline", "tool_deadline", "tool_timeout", "waker")
 
     def __init__(self, *, timeout: float | None, tool_timeout: float | None,
                  cancel: threading.Event | None = None) -> None:
@@ -41,6 +41,9 @@ class Interrupts:
         # signal) may note at once: without it both could see nothing noted
         # and the later one would replace the first.
         self._note_lock = threading.Lock()
+        # Called on the guest's thread before it waits for the world (a run's
+        # journal writes out what it holds: the wait may be long).
+        self.before_block: Callable[[], None] | None = None
 
     # ---- what is in force ------------------------------------------------
 
@@ -132,6 +135,8 @@ class Interrupts:
             if limit is not None and (end is None or end > limit):
                 end = limit
         self.raise_if_any()
+        if self.before_block is not None and not done():
+            self.before_block()
         self.waker.wait_until(lambda: done() or self.reason() is not None, end)
         self.raise_if_any()
 

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 HostcallFn = Callable[..., "int | None"]
 
 
+# Answers a guest keeps reading without asking the world anything (a stream's
+# frames, a clock) are written out at least this often while it reads on.
+ANSWERS_WAIT_S = 0.05
+
+
 class RunJournal:
     """The journal of one run, bound to it by `bind` before the guest starts.
 
@@ -78,6 +83,8 @@ class RunJournal:
     def bind(self, run: RunContext) -> None:
         self._run = run
         self._live_since = run.started
+        if self.writer is not None:
+            run.interrupts.before_block = self._before_block
 
     def sync(self) -> None:
         """A send completed: make what it journaled durable (policy `send`).
@@ -120,9 +127,15 @@ class RunJournal:
     # ---- the three seams ------------------------------------------------------
 
     def hostcall(self, run: RunContext, call: str, args: tuple[int, ...],
-                 fn: HostcallFn, *, sets_up_fd: bool = False) -> int | None:
+                 fn: HostcallFn, *, sets_up_fd: bool = False,
+                 answers_only: bool = False) -> int | None:
         """An outside-world hostcall: its journaled result and memory writes
-        when replaying, else the call itself, recorded."""
+        when replaying, else the call itself, recorded. One that asks or
+        tells the world something has what was journaled before it written
+        out first; one that only answers (`answers_only`: a clock, a frame
+        already delivered) does not wait for that, unless the oldest record
+        waiting is older than ANSWERS_WAIT_S or the call blocks (then
+        `_before_block` writes them)."""
         request = {"call": call, "args": list(args)}
         answer = self._replayed("hostcall", request)
         if answer is not None:
@@ -132,8 +145,9 @@ class RunJournal:
                 run.memory.write(ptr, data)
             rc: int | None = answer["rc"]
             return rc
-        if call not in _LOCAL_CALLS:
-            self._before_world_call()  # a transcription server, a device: not this process
+        writer = self.writer
+        if not answers_only or (writer is not None and writer.pending_age() > ANSWERS_WAIT_S):
+            self._before_world_call()
         recorder = RecordingMemory(run.memory)
         run.memory = recorder
         try:
@@ -306,6 +320,14 @@ class RunJournal:
         if self._run is not None:
             self._run.charge(size, "the run's journal")
 
+    def _before_block(self) -> None:
+        """The guest is about to wait for the world (epoll, a sleep, a read):
+        what it was answered so far is written out first, as a crash while
+        it waits must not lose it."""
+        writer = self.writer
+        if writer is not None and writer.pending_age() > 0.0:
+            self._written(writer.flush)
+
     def _before_world_call(self) -> None:
         """About to ask the world something this journal cannot take back (a
         completion, a tool's call): what was journaled so far is written
@@ -345,10 +367,3 @@ class RunJournal:
             raise HostInterrupt(Outcome.REPLAY_MISMATCH,
                                 f"the journal cannot be replayed past here: {exc}") from None
 
-
-# Hostcalls answered by this process alone (a clock, randomness): the
-# buffered journal is not written out before them, as it is before any
-# other call of the outside world (a device, a transcription server).
-_LOCAL_CALLS = frozenset({
-    "host.clock", "system.time_now_ms", "system.wall_time_s", "system.random_i64",
-    "wasi.clock_time_get", "wasi.random_get"})

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from spearpy._native import I32, I64, HostFn, define_hostcall
-from spearpy.hostcalls.family import Hostcall, HostcallFamily, call, call_i64, i32s
+from spearpy.hostcalls.family import Hostcall, HostcallFamily, call, call_i64, i32s, read_call
 
 if TYPE_CHECKING:
     import wasmtime
@@ -40,7 +40,7 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
         "wall_time_s": call_i64(outside=True),
         "random_i64": call_i64(outside=True),
         # No answer, but its wait is the world's: a replay does not wait.
-        "sleep_ms": Hostcall((I32,), (), outside=True),
+        "sleep_ms": Hostcall((I32,), (), outside=True, answers_only=True),
     }),
     HostcallFamily("chat", "spearpy.hostcalls.chat", {
         "cchat_create": call(0), "cchat_write_msg": call(5), "cchat_write_fn": call(4),
@@ -51,30 +51,30 @@ FAMILIES: Final[tuple[HostcallFamily, ...]] = (
     }),
     HostcallFamily("fd", "spearpy.hostcalls.fd", {
         "spear_fd_ctl": call(4), "spear_epoll_create": call(0), "spear_epoll_ctl": call(4),
-        "spear_epoll_wait": call(4, outside=True),  # readiness
+        "spear_epoll_wait": read_call(4),  # readiness
         "spear_epoll_close": call(1),
     }),
     HostcallFamily("wasi", "spearpy.hostcalls.wasi", {
-        "poll_oneoff": call(4, outside=True),
+        "poll_oneoff": read_call(4),
         # The i64 precision arrives as its low 32 bits; it is not used.
-        "clock_time_get": Hostcall((I32, I64, I32), (I32,), outside=True),
-        "random_get": call(2, outside=True),
+        "clock_time_get": Hostcall((I32, I64, I32), (I32,), outside=True, answers_only=True),
+        "random_get": read_call(2),
     }, import_module=WASI_MODULE, on_error=_WASI_EIO, shadows=True),
     HostcallFamily("user_streams", "spearpy.hostcalls.streams", {
-        "user_stream_open": call(2, outside=True), "user_stream_read": call(3, outside=True),
+        "user_stream_open": call(2, outside=True), "user_stream_read": read_call(3),
         "user_stream_write": call(3, outside=True), "user_stream_close": call(1),
         "user_stream_ctl_open": call(0, outside=True),
-        "user_stream_ctl_read": call(3, outside=True),
+        "user_stream_ctl_read": read_call(3),
     }, lazy=True, on_run_start="start_streams", on_run_end="end_streams",
         applies_to=_has_streams,
         on_replayed="spearpy.hostcalls.streams_golive:stream_replayed"),
     HostcallFamily("mic", "spearpy.hostcalls.mic", {
         "mic_create": call(0), "mic_ctl": call(4, outside=True, sets_up_fd=True),
-        "mic_read": call(3, outside=True), "mic_close": call(1),
+        "mic_read": read_call(3), "mic_close": call(1),
     }, lazy=True, on_replayed="spearpy.hostcalls.audio_golive:mic_replayed"),
     HostcallFamily("rtasr", "spearpy.hostcalls.rtasr", {
         "rtasr_create": call(0), "rtasr_ctl": call(4, outside=True, sets_up_fd=True),
-        "rtasr_write": call(3, outside=True), "rtasr_read": call(3, outside=True),
+        "rtasr_write": call(3, outside=True), "rtasr_read": read_call(3),
         "rtasr_close": call(1),
     }, lazy=True, on_replayed="spearpy.hostcalls.audio_golive:rtasr_replayed"),
 )
@@ -94,7 +94,7 @@ def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
     return first_call
 
 
-def _journaled(call: str, fn: HostFn, sets_up_fd: bool,
+def _journaled(call: str, fn: HostFn, sets_up_fd: bool, answers_only: bool,
                replayed: Callable[[], Callable[..., Any] | None] | None) -> HostFn:
     """`fn`, answered from or recorded into the run's journal when it has one;
     `replayed` finds the family's hook for an answer from the journal."""
@@ -105,7 +105,8 @@ def _journaled(call: str, fn: HostFn, sets_up_fd: bool,
         if journal is None:
             return fn(run, *args)
         from_journal = replayed is not None and journal.replaying
-        rc = journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd)
+        rc = journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd,
+                              answers_only=answers_only)
         hook = replayed() if from_journal and replayed is not None else None
         if hook is not None:
             hook(run, name, args, rc)
@@ -121,8 +122,8 @@ def _implementation(family: HostcallFamily, name: str) -> HostFn:
     # A family with a replay hook rebuilds (or refuses) its own fds at go-live;
     # the journal's own check is for those without one.
     sets_up_fd = hostcall.sets_up_fd and replayed is None
-    return _journaled(f"{family.name}.{name}", fn, sets_up_fd, replayed) \
-        if hostcall.journaled else fn
+    return _journaled(f"{family.name}.{name}", fn, sets_up_fd, hostcall.answers_only,
+                      replayed) if hostcall.journaled else fn
 
 
 # The `spear` module's imports: name -> (params, results, implementation).

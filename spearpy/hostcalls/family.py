@@ -49,6 +49,11 @@ class Hostcall:
     # go-live hook rebuilds it, or the resume refuses to go live while that
     # fd is open (docs/durable.md).
     sets_up_fd: bool = False
+    # It asks and tells the world nothing: it answers with what this process
+    # already has (a clock, randomness, a frame, transcript or readiness the
+    # world delivered). A journal is written out before a call that asks or
+    # tells the world something, not before these (docs/durable.md).
+    answers_only: bool = False
 
     @property
     def journaled(self) -> bool:
@@ -61,14 +66,19 @@ def i32s(n: int) -> tuple[str, ...]:
 
 
 def call(nparams: int, *, outside: bool = False, journaled_inside: bool = False,
-         sets_up_fd: bool = False) -> Hostcall:
+         sets_up_fd: bool = False, answers_only: bool = False) -> Hostcall:
     """The usual shape: `nparams` i32 params, one i32 result."""
-    return Hostcall(i32s(nparams), (I32,), outside, journaled_inside, sets_up_fd)
+    return Hostcall(i32s(nparams), (I32,), outside, journaled_inside, sets_up_fd, answers_only)
+
+
+def read_call(nparams: int) -> Hostcall:
+    """An outside call that only answers (Hostcall.answers_only)."""
+    return call(nparams, outside=True, answers_only=True)
 
 
 def call_i64(*, outside: bool = False) -> Hostcall:
-    """No params, one i64 result (clocks, randomness)."""
-    return Hostcall((), (I64,), outside)
+    """No params, one i64 result (clocks, randomness: they only answer)."""
+    return Hostcall((), (I64,), outside, answers_only=outside)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
@@ -73,6 +74,7 @@ class JournalWriter:
         self._buffered = buffered
         self._pending: list[tuple[int, str, bytes]] = []
         self._pending_bytes = 0
+        self._pending_since = 0.0  # when the oldest record waiting was made
         self._ended = False
         self._next_seq = handle.next_seq
         self._bytes_used = handle.bytes_used
@@ -172,6 +174,12 @@ class JournalWriter:
             self._flush()
             return size
 
+    def pending_age(self) -> float:
+        """Seconds the oldest record not yet written has waited; 0.0 when
+        none waits. Read without the lock: a stale answer only moves a
+        write to the next call."""
+        return time.monotonic() - self._pending_since if self._pending else 0.0
+
     def flush(self) -> None:
         """Hand the buffered records to the store (one write), and wait for
         the last send's sync if it is still running on its worker: what was
@@ -221,6 +229,8 @@ class JournalWriter:
                 f"{size} bytes) would take it to {total} bytes, past max_journal_bytes "
                 f"{self.max_bytes}")
         if self._buffered:
+            if not self._pending:
+                self._pending_since = time.monotonic()
             self._pending.append((seq, kind, line))
             self._pending_bytes += size
         else:
