@@ -308,3 +308,24 @@ def test_a_declared_length_longer_than_the_write_allocates_nothing() -> None:
     assert peak < 1 << 20, peak
     whole = pickle.dumps(("event", "k", bytearray(b"kept")), protocol=5)
     assert salvage(whole) == [("event", "k", bytearray(b"kept"))]
+
+
+def test_an_import_that_exits_is_read_as_unreadable(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message naming a class of a module that raises SystemExit when
+    imported here: pickle.loads raises it (the read loop catches every
+    exception), and the second reading turns it into an Unreadable like any
+    other failure, instead of letting it end the read loop."""
+    from spearpy.executors.unreadable import first_unreadable, salvage
+
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # ("end", "k", <exits_on_import.Thing>, None), by hand: GLOBAL where the result goes.
+    data = (b"\x80\x02(X\x03\x00\x00\x00endX\x01\x00\x00\x00k"
+            b"cexits_on_import\nThing\nNt.")
+    with pytest.raises(SystemExit):
+        pickle.loads(data)
+    parts = salvage(data)
+    assert parts is not None and parts[0][:2] == ("end", "k")
+    bad = first_unreadable(parts[0])
+    assert bad is not None and "SystemExit" in bad.why, parts

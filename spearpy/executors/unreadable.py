@@ -7,7 +7,9 @@ again with the pure-Python unpickler, each object that cannot be rebuilt
 becomes an `Unreadable` that says why, and the messages around it are
 intact: procs.py then ends only the runs whose own message holds one. Only
 a message that failed already is read this way (the Python unpickler is
-far slower), and it runs nothing pickle.loads would not have run.
+far slower). It calls nothing the write does not name, as pickle.loads,
+though it builds again what pickle.loads built before it failed and goes on
+past the failure.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class _Salvager(pickle._Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         try:
             return super().find_class(module, name)
-        except Exception as exc:
+        except BaseException as exc:  # an import that raises SystemExit too
             return Unreadable(f"{module}.{name}: {_why(exc)}"[:300])
 
     def load_reduce(self) -> None:
@@ -137,7 +139,7 @@ def salvage(data: bytes) -> list[Message] | None:
     read (not a pickle, cut short, not a message)."""
     try:
         message = _Salvager(data).load()
-    except Exception:
+    except BaseException:  # as pickle.loads in the read loop: nothing may end it
         return None
     if not _is_message(message):
         return None
