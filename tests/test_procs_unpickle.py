@@ -329,3 +329,29 @@ def test_an_import_that_exits_is_read_as_unreadable(tmp_path: Path,
     assert parts is not None and parts[0][:2] == ("end", "k")
     bad = first_unreadable(parts[0])
     assert bad is not None and "SystemExit" in bad.why, parts
+
+
+class Guarded:
+    """Rebuilt here, but whose attributes cannot be looked into."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__dict__":
+            raise RuntimeError("no looking inside")
+        return super().__getattribute__(name)
+
+
+def test_a_part_that_cannot_be_looked_into_is_unreadable_not_fatal() -> None:
+    """Looking for what failed through a message's objects runs their
+    attribute lookups: one that raises makes that message unreadable like
+    any other failure (the other messages are kept), instead of ending the
+    read loop."""
+    from spearpy.executors.unreadable import sort_out
+
+    data = pickle.dumps(("batch", [("event", "a", _Divides(), Guarded()),
+                                   ("event", "b", {"kind": "ok"})]))
+    with pytest.raises(ZeroDivisionError) as exc:
+        pickle.loads(data)
+    message, stop = sort_out(data, exc.value)
+    assert stop is None
+    assert message[1][0][:2] == ("unreadable", "a")
+    assert message[1][1] == ("event", "b", {"kind": "ok"})

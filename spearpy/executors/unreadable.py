@@ -160,7 +160,10 @@ def sort_out(data: bytes, exc: BaseException) -> tuple[Message, str | None]:
     kept: list[Message] = []
     stop = None
     for part in parts:
-        bad = first_unreadable(part)
+        try:
+            bad = first_unreadable(part)
+        except BaseException as exc:  # an attribute lookup of one of its objects raised
+            bad = Unreadable(_why(exc))
         if bad is None:
             kept.append(part)
         elif part[0] in ("event", "end") and len(part) > 1 and isinstance(part[1], str):
