@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import queue
@@ -29,6 +28,7 @@ from typing import Any
 
 from spearpy.errors import SpearpyError
 from spearpy.serve import store_resume
+from spearpy.serve.store_ends import UnstoredEnds
 from spearpy.serve.store_resume import EventHistory, Resumable, ResumeInputs
 from spearpy.serve.store_rows import (
     COLUMNS,
@@ -54,14 +54,9 @@ INTERRUPTED = store_resume.INTERRUPTED
 # Commits per batch: enough to keep up with many chatty runs, few enough that
 # the first event of a batch is not held back long.
 _BATCH = 512
-# Run ends the disk refused are written again this often while the service lives.
+# Run ends the disk refused are written again this often while the service
+# lives (kept in memory meanwhile, within bounds: store_ends).
 RETRY_ENDS_S = 2.0
-# Their stored output (stdout, stderr, transcripts) is kept in memory up to
-# this many bytes in all; past it an end keeps its outcome, not its output.
-# Past _UNSTORED_ENDS refused ends the oldest is given up (a restart then
-# marks its run interrupted, as before any of this).
-_UNSTORED_OUTPUT_BYTES = 64 << 20
-_UNSTORED_ENDS = 10_000
 
 _WHOLE = tuple(name for name in COLUMNS if name != "logs")  # get_run's
 MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
@@ -104,10 +99,7 @@ class RunStore:
         self._readers: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._readers_lock = threading.Lock()
-        self._ends: dict[str, UnstoredEnd] = {}  # guarded by _ends_lock
-        self._refused_ends = 0
-        self._refused_output_bytes = 0
-        self._ends_lock = threading.Lock()
+        self._ends = UnstoredEnds()
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], None],
                                              Future[None] | None, AfterCommit | None] | None]
         self._queue = queue.SimpleQueue()
@@ -172,10 +164,9 @@ class RunStore:
         fields = end_columns(fields)
         names = list(fields)
         end = UnstoredEnd(names, [column(fields, name) for name in names], final)
-        with self._ends_lock:
-            self._ends[run_id] = end
+        self._ends.add(run_id, end)
         done = self._submit(self._end_writer(run_id, end), after)
-        done.add_done_callback(lambda f: self._ended(run_id, end, f.exception() is None))
+        done.add_done_callback(lambda f: self._ends.ended(run_id, end, f.exception() is None))
         return done
 
     def _end_writer(self, run_id: str, end: UnstoredEnd
@@ -189,46 +180,19 @@ class RunStore:
 
         return apply
 
-    def _ended(self, run_id: str, end: UnstoredEnd, stored: bool) -> None:
-        with self._ends_lock:
-            if stored:
-                self._ends.pop(run_id, None)
-                return
-            end.refused = True
-            self._refused_ends += 1
-            if self._refused_output_bytes + end.output_bytes > _UNSTORED_OUTPUT_BYTES:
-                end.drop_output()
-            self._refused_output_bytes += end.output_bytes
-            if self._refused_ends > _UNSTORED_ENDS:
-                oldest = next(r for r, e in self._ends.items() if e.refused)
-                self._forget(oldest)
-
-    def _forget(self, run_id: str) -> None:
-        end = self._ends.pop(run_id)
-        self._refused_ends -= 1
-        self._refused_output_bytes -= end.output_bytes
-
     def _retry_ends(self) -> None:
         """On the writer thread: each refused end again, in its own transaction,
         oldest first, until the disk refuses one (then it still refuses: the
         rest wait for the next round instead of failing one by one)."""
-        with self._ends_lock:
-            refused = [(run_id, end) for run_id, end in self._ends.items() if end.refused]
-        for run_id, end in refused:
+        for run_id, end in self._ends.refused():
             if self._commit([self._end_writer(run_id, end)]) is not None:
                 return
-            with self._ends_lock:
-                if self._ends.get(run_id) is end:
-                    self._forget(run_id)
-
-    def _has_refused_ends(self) -> bool:
-        with self._ends_lock:
-            return self._refused_ends > 0
+            self._ends.stored_again(run_id, end)
 
     def _write_loop(self) -> None:
         retry_at = 0.0
         while True:
-            if self._has_refused_ends():
+            if self._ends.has_refused():
                 if time.monotonic() >= retry_at:
                     self._retry_ends()
                     retry_at = time.monotonic() + RETRY_ENDS_S
@@ -301,11 +265,6 @@ class RunStore:
                 self._readers.append(db)
         return db
 
-    def _unstored(self, record: dict[str, Any]) -> dict[str, Any]:
-        with self._ends_lock:
-            end = self._ends.get(record["id"])
-        return record if end is None else end.over(record)
-
     def get_run(self, run_id: str, *, output: bool = True) -> dict[str, Any] | None:
         """The run's record; `output` False leaves its output out (up to
         64 MiB each of stdout and stderr): its `result` is the summary a
@@ -328,7 +287,7 @@ class RunStore:
     def _get(self, run_id: str, names: tuple[str, ...]) -> dict[str, Any] | None:
         row = self._reader().execute(f"SELECT {','.join(names)} FROM runs WHERE id=?",
                                      (run_id,)).fetchone()
-        return None if row is None else self._unstored(record_of(names, row))
+        return None if row is None else self._ends.over(record_of(names, row))
 
     def list_runs(self, limit: int, before: float | None = None, status: str | None = None
                   ) -> tuple[list[dict[str, Any]], bool]:
@@ -345,8 +304,7 @@ class RunStore:
             # An end still in memory reads as finished (UnstoredEnd.over; a
             # run's end is always "finished"): filtered the same way here, so
             # a page holds `limit` runs.
-            with self._ends_lock:
-                unstored = json.dumps(list(self._ends))
+            unstored = self._ends.ids_json()
             ended = "id IN (SELECT value FROM json_each(?))"
             if status in IN_PROGRESS:
                 where.append(f"status = ? AND NOT {ended}")
@@ -368,7 +326,7 @@ class RunStore:
                 if len(runs) == limit or size >= _PAGE_RUN_BYTES:
                     return runs, True
                 size += sum(len(value) for value in row if isinstance(value, str))
-                record = self._unstored(record_of(LISTED, row))
+                record = self._ends.over(record_of(LISTED, row))
                 record["result"] = record.pop("summary")
                 runs.append(record)
         return runs, False
@@ -401,8 +359,7 @@ class RunStore:
                     return events
         if len(events) == PAGE_EVENTS:
             return events
-        with self._ends_lock:
-            end = self._ends.get(run_id)
+        end = self._ends.get(run_id)
         final = end.final if end is not None else None
         if final is not None and after < final[0] < upper and \
                 (not events or events[-1][0] < final[0]):
