@@ -170,8 +170,9 @@ tools.add(count, parameters={"type": "object", "properties": {"i": {"type": "int
 events = []
 with Host(cache_dir=None, model="m", max_retries=0, base_url=sys.argv[1], api_key_env="",
           python_tools=tools) as host:
+    cancel = threading.Event() if sys.argv[2] == "cancellable" else None
     probe = Probe(host, wat_module("probe.wat"),
-                  RunOptions(capture_output=True, sinks=[events.append]))
+                  RunOptions(capture_output=True, sinks=[events.append], cancel=cancel))
     fd = probe.hc("cchat_create")
     assert probe.write_msg(fd, "user", "go") == 0
     status = open("/proc/self/status").read().splitlines()
@@ -194,26 +195,31 @@ with Host(cache_dir=None, model="m", max_retries=0, base_url=sys.argv[1], api_ke
 """
 
 
-def test_a_call_whose_worker_thread_cannot_start_is_answered_and_the_run_goes_on() -> None:
+@pytest.mark.parametrize("run", ["plain", "cancellable"])
+def test_a_call_whose_worker_thread_cannot_start_is_answered_and_the_run_goes_on(
+        run: str) -> None:
     """A process at its limit cannot start the thread a call would run on:
     that call is answered tool_exec_failed (its tool_end follows its
     tool_start) and the send goes on to the model's answer, instead of the
-    error escaping the hostcall and crashing the run."""
+    error escaping the hostcall and crashing the run. A run that can be
+    cancelled waits for each completion on a worker thread too: with none
+    to be had, the completion runs on the run's own thread."""
     script = {"rules": [{"when": {"no_tool_message": True},
                          "reply": _calls(("count", {"i": 0}), ("count", {"i": 1}))}],
               "default": {"content": "done"}}
     with ScriptedServer(script) as server:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-        child = subprocess.run([sys.executable, "-c", _NO_THREADS_CHILD, server.base_url],
+        child = subprocess.run([sys.executable, "-c", _NO_THREADS_CHILD, server.base_url, run],
                                capture_output=True, text=True, cwd=ROOT, env=env,
                                timeout=HANG_GUARD_S * 4)
-        answers = [[m["tool_call_id"], json.loads(m["content"])["error"]]
-                   for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+        requests = list(server.requests)
     assert child.returncode == 0, child.stderr[-3000:]
     report = json.loads(child.stdout.splitlines()[-1])
     assert report["thread_started"] is False  # the limit binds this process
     assert "error" not in report, report["error"]
+    answers = [[m["tool_call_id"], json.loads(m["content"])["error"]]
+               for m in requests[-1].body["messages"] if m["role"] == "tool"]
     assert report["body"]["choices"][0]["message"]["content"] == "done", report["body"]
     assert report["tools"] == [["tool_start", "c0", None], ["tool_start", "c1", None],
                                ["tool_end", "c0", abi.TOOL_EXEC_FAILED],

@@ -117,7 +117,10 @@ def complete(backend: Backend, request: CompletionRequest,
             outcome.done.set()
             waker.wake()
 
-    _WORKERS.submit(work)
+    try:
+        _WORKERS.submit(work)
+    except RuntimeError:  # no thread could start (the process's limit): not queued either
+        return backend.complete(request)  # a cancel is then seen when the request ends
     waker.wait_until(lambda: outcome.done.is_set() or cancel.is_set(), None)
     if not outcome.done.is_set():
         return None
