@@ -93,3 +93,18 @@ def test_a_replaced_database_closes_the_old_stores_connection(tmp_path: Path) ->
             os.remove(tmp_path / name)
     shared_store(f"sqlite:{db}")  # opens the new file, evicting the old store
     assert _open_fds(db, deleted=True) == 0
+
+
+def test_a_read_on_an_evicted_store_leaves_no_connection_open(tmp_path: Path) -> None:
+    """A run that located the store before its eviction reads through it
+    after (a resume reads its journal): that read's connection closes with
+    it, not when the store object is collected."""
+    db = tmp_path / "read.sqlite3"
+    _write(f"sqlite:{db}", "a", range(2))
+    store, _ = shared_spec(f"sqlite:{db}", "a", SyncPolicy.NONE).locate()
+    _evict_all_but_new(tmp_path)
+    assert _open_fds(db) == 0
+    info = store.info("a")
+    assert info is not None and info.id == "a"
+    assert [journal.id for journal in store.list()] == ["a"]
+    assert _open_fds(db) == 0

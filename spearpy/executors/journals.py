@@ -114,15 +114,22 @@ class _SharedWriterStore(SQLiteJournalStore):
             self._users -= 1
             self._close_unused()
 
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            return super()._read(sql, params)
+        finally:
+            if self._retired:
+                self.close()  # no one closes a retired store's reader again
+
     def retire(self) -> None:
         """Out of the process's table: close what no run uses now, and the
         shared connection when its last writer closes. A run that located
-        the store before still writes through it (it opens the shared
+        the store before still reads and writes through it (it opens a
         connection again if need be, closed again after it)."""
-        self.close()  # the read connection; a read opens one again
         with self._shared_lock:
             self._retired = True
             self._close_unused()
+        self.close()  # the read connection, after the flag: a read now closes its own
 
     def _close_unused(self) -> None:
         # Under _shared_lock. No user: no statement of theirs is in flight.
