@@ -85,6 +85,15 @@ class RunStore:
             os.close(self._lock_fd)
             raise StoreLocked(f"another spearpy serve uses the state directory {directory}"
                               ) from None
+        try:
+            self._open(directory, resumable)
+        except BaseException:
+            # Let go of the directory, or the next open (the operator fixed
+            # what failed) would call it another service's.
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self, directory: Path, resumable: Resumable | None) -> None:
         self.path = directory / "runs.sqlite3"
         # 0600 from the start (SQLite gives its -wal and -shm the same): it
         # holds the runs' output, and a journaled run's env values and stdin.
@@ -94,8 +103,12 @@ class RunStore:
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                              0o600))
         self._db = self._connect()
-        create_tables(self._db)
-        self.interrupted, self.resumed = store_resume.recover(self._db, resumable)
+        try:
+            create_tables(self._db)
+            self.interrupted, self.resumed = store_resume.recover(self._db, resumable)
+        except BaseException:
+            self._db.close()
+            raise
         self._readers: list[sqlite3.Connection] = []
         self._local = threading.local()
         self._readers_lock = threading.Lock()
@@ -110,8 +123,12 @@ class RunStore:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                              timeout=30.0)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # the first read of the file: may refuse it
+            db.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     # ---- writes: queued to the writer thread, in order ----------------------
