@@ -133,9 +133,9 @@ class RunJournal:
         when replaying, else the call itself, recorded. One that asks or
         tells the world something has what was journaled before it written
         out first; one that only answers (`answers_only`: a clock, a frame
-        already delivered) does not wait for that, unless the oldest record
-        waiting is older than ANSWERS_WAIT_S or the call blocks (then
-        `_before_block` writes them)."""
+        already delivered) does not wait for that: they are written while it
+        waits if it blocks (`_before_block`), and on the flusher thread once
+        the oldest is older than ANSWERS_WAIT_S."""
         request = {"call": call, "args": list(args)}
         answer = self._replayed("hostcall", request)
         if answer is not None:
@@ -145,9 +145,10 @@ class RunJournal:
                 run.memory.write(ptr, data)
             rc: int | None = answer["rc"]
             return rc
-        writer = self.writer
-        if not answers_only or (writer is not None and writer.pending_age() > ANSWERS_WAIT_S):
+        if not answers_only:
             self._before_world_call()
+        elif self.writer is not None and self.writer.pending_age() > ANSWERS_WAIT_S:
+            self.writer.flush_soon()
         recorder = RecordingMemory(run.memory)
         run.memory = recorder
         try:
@@ -322,11 +323,12 @@ class RunJournal:
 
     def _before_block(self) -> None:
         """The guest is about to wait for the world (epoll, a sleep, a read):
-        what it was answered so far is written out first, as a crash while
-        it waits must not lose it."""
+        what it was answered so far is written out while it waits, as a
+        crash while it waits must not lose it (a failed write is reported
+        by the next flush, before its next call of the world)."""
         writer = self.writer
         if writer is not None and writer.pending_age() > 0.0:
-            self._written(writer.flush)
+            writer.flush_soon()
 
     def _before_world_call(self) -> None:
         """About to ask the world something this journal cannot take back (a

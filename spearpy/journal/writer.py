@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from spearpy.journal._flusher import FLUSHER
 from spearpy.journal.errors import JournalError, JournalFull
 from spearpy.journal.lines import (
     EncodedScrub,
@@ -75,6 +76,8 @@ class JournalWriter:
         self._pending: list[tuple[int, str, bytes]] = []
         self._pending_bytes = 0
         self._pending_since = 0.0  # when the oldest record waiting was made
+        self._soon = False  # a write of them is queued on the flusher thread
+        self._closed = False
         self._ended = False
         self._next_seq = handle.next_seq
         self._bytes_used = handle.bytes_used
@@ -180,6 +183,20 @@ class JournalWriter:
         write to the next call."""
         return time.monotonic() - self._pending_since if self._pending else 0.0
 
+    def flush_soon(self) -> None:
+        """Hand the buffered records to the store on the process's flusher
+        thread (journal/_flusher.py), without waiting for it: the caller is
+        about to wait for something else."""
+        if not self._soon:
+            self._soon = True
+            FLUSHER.soon(self._flush_queued)
+
+    def _flush_queued(self) -> None:
+        self._soon = False  # before the write: records appended from here are queued again
+        with self._lock:
+            if not self._closed:
+                self._flush()
+
     def flush(self) -> None:
         """Hand the buffered records to the store (one write), and wait for
         the last send's sync if it is still running on its worker: what was
@@ -199,6 +216,7 @@ class JournalWriter:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             try:
                 self._flush()
             finally:
