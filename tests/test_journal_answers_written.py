@@ -11,6 +11,7 @@ read while the run goes on."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ import pytest
 
 from spearpy.durable import JournalSpec
 from spearpy.host import Host
+from spearpy.journal import FileJournalStore, JournalError, SyncPolicy
+from spearpy.journal.records import Step
+from spearpy.journal.writer import JournalWriter
 from tests.probe import wat_module
 
 IDLE = wat_module("stream_idle.wat")
@@ -83,3 +87,30 @@ def test_a_reading_is_in_the_file_while_the_guest_computes_on(host: Host,
     finally:
         handle.cancel()
     assert handle.result(timeout=WAIT_S).outcome == "cancelled"
+
+
+def test_a_write_on_the_flusher_that_fails_keeps_its_records_for_the_runs_next_flush(
+        tmp_path: Path) -> None:
+    store = FileJournalStore(tmp_path)
+    writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
+    writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+    writer.flush()
+    writer.append_hostcall("system.random_i64", (), 1, [], 0.0)
+    tried = threading.Event()
+
+    def refuse(records: list[tuple[int, str, bytes]]) -> None:
+        tried.set()
+        raise JournalError("the disk is full")
+
+    writer._handle.append_many = refuse  # type: ignore[method-assign]
+    writer.flush_soon()  # the guest waits meanwhile; nothing is raised to it
+    assert tried.wait(WAIT_S)
+    with pytest.raises(JournalError, match="disk is full"):
+        writer.flush()  # the run's next call of the world is told
+    del writer._handle.append_many  # type: ignore[attr-defined]
+    writer.append_hostcall("system.random_i64", (), 2, [], 0.0)
+    writer.close()
+    writer.flush_soon()  # a late one, after the close: writes nothing, raises nothing
+    records = list(store.records("run"))
+    assert [r.seq for r in records] == [0, 1, 2]
+    assert [r.answer["rc"] for r in records if isinstance(r, Step)] == [1, 2]
