@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 from spearpy.config import BYTE_SIZE_HELP, HostConfig, parse_byte_size
 from spearpy.errors import ConfigError
 from spearpy.host import Host
+from spearpy.loopback import is_loopback
 
 if TYPE_CHECKING:
     _IntParam: TypeAlias = click.ParamType[int]
@@ -238,22 +238,12 @@ def missing_api_key(config: HostConfig) -> str | None:
     if not chosen and spec.base_url is None and spec.model is None:
         return None
     url = spec.url()
-    if is_loopback(url):
+    if is_loopback(urlsplit(url).hostname or ""):
         return None
     return (f"no API key: backend {name!r} ({url}) needs one in the environment variable "
             f"{variable}, which is not set. Set it (export {variable}=...), name the variable "
             "that holds your key with --api-key-env NAME, give --api-key-env '' for a server "
             "that needs none, or run offline with --backend scripted:FILE")
-
-
-def is_loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def key_envs(config: HostConfig) -> list[str]:
