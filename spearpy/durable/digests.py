@@ -58,7 +58,8 @@ class RequestDigests:
 
     def of(self, request: CompletionRequest, scrubber: SecretScrubber) -> str:
         if scrubber is not self._scrubber:
-            self._scrubber, self._scrub = scrubber, EncodedScrub(scrubber)
+            # None when there is nothing to scrub: each message then skips the check.
+            self._scrubber, self._scrub = scrubber, EncodedScrub(scrubber) if scrubber else None
             self._messages, self._tail = None, None
             self._whole = any(s in key for s in scrubber.secrets for key in _REQUEST_KEYS)
         if self._whole:
@@ -100,7 +101,7 @@ class RequestDigests:
         except (TypeError, ValueError, RecursionError):
             text = canonical(value)  # raises it as a JournalError
         scrub = self._scrub
-        if scrub and not scrub.clean(text.decode("ascii")):
+        if scrub is not None and not scrub.clean(text.decode("ascii")):
             assert self._scrubber is not None
             text = canonical(self._scrubber.value(value))
         return text

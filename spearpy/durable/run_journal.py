@@ -26,14 +26,20 @@ from spearpy.durable.digests import RequestDigests
 from spearpy.durable.golive import GoLiveHook, refusals
 from spearpy.durable.recording import RecordingMemory
 from spearpy.errors import HostInterrupt
-from spearpy.journal import JournalCorrupt, JournalError, JournalFull, ReplayDiverged
+from spearpy.journal import (
+    JournalCorrupt,
+    JournalError,
+    JournalFull,
+    JournalWriter,
+    ReplayDiverged,
+)
 from spearpy.journal.records import Digested, hostcall_writes
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
     from spearpy.backends.base import CompletionRequest
     from spearpy.context import RunContext
-    from spearpy.journal import JournalReader, JournalWriter
+    from spearpy.journal import JournalReader
     from spearpy.observe.scrub import SecretScrubber
 
 HostcallFn = Callable[..., "int | None"]
@@ -71,6 +77,10 @@ class RunJournal:
         self._at_go_live: list[GoLiveHook] = []  # the families that rebuild them
         self._refused_live = False  # it could not go live: not how its run ended
         self._digests = RequestDigests()
+        # Live with a writer: nothing is replayed from here on (a reader
+        # used up, or past `until`, stays so), which the loop's two records
+        # per iteration check first.
+        self._live = False
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -136,8 +146,8 @@ class RunJournal:
         already delivered) does not wait for that: they are written while it
         waits if it blocks (`_before_block`), and on the flusher thread once
         the oldest is older than ANSWERS_WAIT_S."""
-        request = {"call": call, "args": list(args)}
-        answer = self._replayed("hostcall", request)
+        answer = None if self._live else \
+            self._replayed("hostcall", {"call": call, "args": list(args)})
         if answer is not None:
             if sets_up_fd and args:
                 self._unbuilt[args[0]] = call
@@ -155,22 +165,21 @@ class RunJournal:
             rc = fn(run, *args)
         finally:
             run.memory = recorder.inner
-        writes = recorder.writes
-        self._record(lambda writer: writer.append_hostcall(call, args, rc, writes, self._t()))
+        self._record(JournalWriter.append_hostcall, call, args, rc, recorder.writes, self._t())
         return rc
 
     def clock(self) -> float:
         """The send loop's clock (a send's elapsed_ms reaches the guest): ms
         into the run, journaled like any other reading of the world, and
         continuous across a resume."""
-        request = {"call": "host.clock", "args": []}
-        answer = self._replayed("hostcall", request)
+        answer = None if self._live else \
+            self._replayed("hostcall", {"call": "host.clock", "args": []})
         if answer is not None:
             micros: int = answer["rc"]
             return micros / 1e6
         t = self._t()
         micros = round(t * 1000)
-        self._record(lambda writer: writer.append_hostcall("host.clock", (), micros, (), t))
+        self._record(JournalWriter.append_hostcall, "host.clock", (), micros, (), t)
         # The replayed reading, not t / 1000: the two differ in the last bit,
         # enough to round a send's elapsed_ms the other way on replay.
         return micros / 1e6
@@ -181,7 +190,8 @@ class RunJournal:
         (a cancelled one, None, is not an answer and is not recorded)."""
         digest = self._digests.of(request, self._scrubber_any())
         # Its stored form is needed only to compare or copy a replayed step.
-        answer = self._replayed("chat.completion", Digested(digest) if self.replaying else None)
+        answer = None if self._live else self._replayed(
+            "chat.completion", Digested(digest) if self.replaying else None)
         if answer is not None:
             error = answer.get("error")
             return CompletionResult(backend=answer["backend"], model=answer["model"],
@@ -192,10 +202,10 @@ class RunJournal:
         result = complete()
         if result is not None:
             error = result.error
-            self._record(lambda writer: writer.append_completion(digest, {
+            self._record(JournalWriter.append_completion, digest, {
                 "backend": result.backend, "model": result.model, "body": result.body,
                 "error": asdict(error) if error is not None else None,
-                "latency_ms": result.latency_ms, "t": self._t()}, result.raw))
+                "latency_ms": result.latency_ms, "t": self._t()}, result.raw)
         return result
 
     def tool(self, source: str, name: str, arguments: str,
@@ -227,9 +237,10 @@ class RunJournal:
             if self.copy:
                 self._append("guest_tool.output", request, answer)
             return
-        self._stop_if_replay_only("guest_tool.output")
-        self._record(lambda writer: writer.append_guest_output(
-            name, arguments, outcome.ok, outcome.output, outcome.error_code))
+        if not self._live:
+            self._stop_if_replay_only("guest_tool.output")
+        self._record(JournalWriter.append_guest_output, name, arguments, outcome.ok,
+                     outcome.output, outcome.error_code)
 
     def live_batch(self) -> bool:
         """Whether the calls of one reply may run at once (driver/parallel.py):
@@ -248,9 +259,12 @@ class RunJournal:
 
     def _replayed(self, kind: str, request: Any) -> dict[str, Any] | None:
         """The journaled answer while replaying; None once live."""
+        if self._live:
+            return None
         if not self.replaying:
             self._stop_if_replay_only(kind)
             self._go_live()
+            self._live = self.writer is not None
             return None
         reader = self.reader
         assert reader is not None
@@ -295,16 +309,17 @@ class RunJournal:
         return round(self._elapsed_ms + (time.monotonic() - self._live_since) * 1000.0, 3)
 
     def _append(self, kind: str, request: Any, answer: Any) -> None:
-        self._record(lambda writer: writer.append(kind, request, answer))
+        self._record(JournalWriter.append, kind, request, answer)
 
-    def _record(self, append: Callable[[JournalWriter], int]) -> None:
+    def _record(self, append: Callable[..., int], *args: Any) -> None:
         """A live step appended by `append` (the writer's method for its
-        kind) and charged to the run; a full journal ends it memory_limit."""
+        kind, given `args`) and charged to the run; a full journal ends it
+        memory_limit."""
         writer = self.writer
         if writer is None or not self._appending():
             return
         try:
-            size = append(writer)
+            size = append(writer, *args)
         except JournalFull as exc:
             raise HostInterrupt(Outcome.MEMORY_LIMIT, str(exc)) from None
         self._appended(size)
