@@ -193,7 +193,57 @@ def test_a_later_session_s_connect_during_the_replay_stays() -> None:
     first.close()
     second = StreamClient(hub)
     second.open_stream(1).send(b"q", timeout=WAIT_S)
-    assert hub.channel(1, resumed=True) is not None  # the replay reaches the stream's open
-    hub.went_live()
+    reopened = hub.channel(1, resumed=True)  # the replay reaches the stream's open
+    assert reopened is not None
+    hub.went_live([reopened])  # the guest holds it as it goes live
     assert list(ctl.events) == [(0, CTL_SESSION_CLOSED), (1, CTL_STREAM_CONNECTED)]
     second.close()
+
+
+ECHO = str(Path(CHAT).with_name("c_user_stream_echo.wasm"))
+READ = "user_streams.user_stream_read"
+
+
+def test_a_stream_the_guest_closed_before_the_cut_connects_again(tmp_path: Path) -> None:
+    """The journal's client closed stream 1 and the guest closed its fd
+    (c_user_stream_echo, on EPOLLHUP), then used stream 2. The client of
+    the resumed run sends on stream 1 before the replay reaches its open:
+    the replay opens it again and the guest closes it again, so at go-live
+    the guest has no stream 1 and its connect is news (the guest opens it
+    and echoes), not a second one of a stream it holds."""
+    path = tmp_path / "echo.jsonl"
+    with Host(cache_dir=None) as host:
+        handle = host.start(ECHO, ["--summary"], streams=True, journal=JournalSpec(path),
+                            limits=HANG_GUARD)
+        for stream_id, data in ((1, b"a"), (2, b"b")):
+            stream = handle.open_stream(stream_id)
+            stream.send(data, timeout=WAIT_S)
+            echoed = stream.recv(timeout=WAIT_S)
+            assert echoed is not None and echoed.data == data
+            if stream_id == 1:
+                stream.close()
+        handle.close_streams()
+        live = handle.result(timeout=WAIT_S)
+        assert (live.outcome, live.exit_code) == ("exited", 0), live.message
+        lines = path.read_text().splitlines()
+        steps = _steps(lines)
+        fds = {s["request"]["args"][0]: s["answer"]["rc"] for s in steps  # type: ignore[index]
+               if s["kind"] == "hostcall" and s["request"]["call"] == OPEN}  # type: ignore[index]
+        # Cut once the guest read stream 2's frame: it closed stream 1's fd
+        # before (the same epoll round as stream 2's connect, or an earlier one).
+        k = next(i for i, s in enumerate(steps) if s["kind"] == "hostcall"
+                 and s["request"]["call"] == READ  # type: ignore[index]
+                 and s["request"]["args"][0] == fds[2])  # type: ignore[index]
+        hub = StreamHub()
+        client = StreamClient(hub)
+        again = client.open_stream(1)
+        again.send(b"again", timeout=WAIT_S)
+        cut = _cut(lines, k, tmp_path)
+        handle = host.start(ECHO, ["--summary"], streams=hub, journal=JournalSpec(cut),
+                            limits=HANG_GUARD)
+        echoed = again.recv(timeout=WAIT_S)
+        client.close()
+        resumed = handle.result(timeout=WAIT_S)
+    assert echoed is not None and echoed.data == b"again"
+    assert (resumed.outcome, resumed.exit_code) == ("exited", 0), resumed.message
+    assert _opens(cut.read_text().splitlines()) == [1, 2, 1]  # the last live, after the cut

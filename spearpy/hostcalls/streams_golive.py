@@ -18,8 +18,9 @@ number the journal holds:
   next one starts fresh, as it did then;
 - a client that attached while the run replayed, before the replay reached
   a stream's open, connected that stream then: the STREAM_CONNECTED queued
-  for it is dropped as the run goes live (StreamHub.went_live), since the
-  guest's journaled control reads already hold the connect it read;
+  for it is dropped as the run goes live if the guest still holds the
+  stream (StreamHub.went_live), since the guest's journaled control reads
+  already hold the connect it read;
 - on a run without one (a replay: no client needed), a placeholder
   (`durable.golive.Unbuilt`); the run cannot go live while one is open, and
   says so (the go-live hook below) instead of leaving the guest to wait on
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from spearpy.durable.golive import Rebuilt, Unbuilt
 from spearpy.durable.golive import mismatch as _mismatch
-from spearpy.fds.stream import UserStreamCtlFd, UserStreamFd
+from spearpy.fds.stream import UserStreamCtlFd, UserStreamFd, open_stream_fds
 from spearpy.memory import GuestFault
 from spearpy.observe import events as ev
 from spearpy.streams.limits import CTL_SESSION_CLOSED
@@ -98,8 +99,8 @@ def _open_as(run: RunContext, entry: Fd, fd: int, name: str) -> None:
 
 
 def _streams_go_live(run: RunContext) -> Rebuilt:
-    if run.options.streams is not None:
-        run.options.streams.went_live()  # no second STREAM_CONNECTED for a reopened stream
+    if run.options.streams is not None:  # no second STREAM_CONNECTED for a stream it holds
+        run.options.streams.went_live(entry.channel for _fd, entry in open_stream_fds(run.fds))
     done = Rebuilt()
     held = []
     for fd, entry in run.fds.entries():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from spearpy.errors import SpearpyError
@@ -74,8 +74,6 @@ class StreamHub:
         # Streams a resumed run reopened from its journal (durable runs) that
         # no session has taken yet: the next one does.
         self._resumed: set[int] = set()
-        # Every channel the replay reopened a stream on, until the run goes live.
-        self._reopened: dict[int, Channel] = {}
 
     # ---- wake-ups --------------------------------------------------------------
 
@@ -160,30 +158,30 @@ class StreamHub:
                 channel = Channel(stream_id, self.limits, self, State.INIT)
                 self._channels[stream_id] = channel
                 self._listed = (*self._listed, channel)
-            if resumed:
-                self._reopened[stream_id] = channel
             if resumed and channel.state is State.INIT:
                 channel.state = State.CONNECTED
                 if self._session is None:
                     self._resumed.add(stream_id)
             return channel
 
-    def went_live(self) -> None:
-        """A resumed run goes on live: drop the STREAM_CONNECTED its control
-        queues hold for streams the replay reopened. A client that attached
-        while the run replayed (before the replay reached a stream's open)
-        connected that stream then (`route`, or `open_ctl` on a replayed
-        control fd), but the guest's control reads were the journal's, which
-        hold the connect it read before the crash: read again live, it would
-        be a second one, which a run without a crash never gets. Connects
-        of streams the journal never opened stay, and so does every event
-        from the first SESSION_CLOSED on: the guest reads that one live and
-        closes its streams, so a later session's connects are news."""
+    def went_live(self, held: Iterable[Channel]) -> None:
+        """A resumed run goes on live holding stream fds on the channels
+        `held` (opened from the journal and not closed since): drop the
+        STREAM_CONNECTED its control queues hold for those streams. A client
+        that attached while the run replayed (before the replay reached a
+        stream's open) connected that stream then (`route`, or `open_ctl` on
+        a replayed control fd), but the guest's control reads were the
+        journal's, which hold the connect it read before the crash: read
+        again live, it would be a second one, which a run without a crash
+        never gets. Connects of streams the guest does not hold (never
+        opened, or closed again before the crash) stay, and so does every
+        event from the first SESSION_CLOSED on: the guest reads that one
+        live and closes its streams, so a later session's connects are news."""
+        channels = list(held)
         with self._lock:
-            reopened = {stream_id for stream_id, channel in self._reopened.items()
-                        if self._channels.get(stream_id) is channel}
-            self._reopened.clear()
-            if not reopened:
+            holds = {channel.stream_id for channel in channels
+                     if self._channels.get(channel.stream_id) is channel}
+            if not holds:
                 return
             for queue in self._ctl:
                 # What the guest reads while still in the journal's session:
@@ -192,7 +190,7 @@ class StreamHub:
                 end = next((i for i, (_s, kind) in enumerate(events)
                             if kind == CTL_SESSION_CLOSED), len(events))
                 kept = [(stream_id, kind) for stream_id, kind in events[:end]
-                        if kind != CTL_STREAM_CONNECTED or stream_id not in reopened
+                        if kind != CTL_STREAM_CONNECTED or stream_id not in holds
                         ] + events[end:]
                 if len(kept) != len(events):
                     queue.events.clear()
