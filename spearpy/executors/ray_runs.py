@@ -54,6 +54,27 @@ def import_ray() -> Any:
     return ray
 
 
+def _answered_pids(ray: Any, refs: list[Any], wait: float) -> list[int]:
+    """The pids the actors' `ready` calls gave within `wait` seconds, in
+    their order."""
+    if not refs:
+        return []
+    done, late = ray.wait(refs, num_returns=len(refs), timeout=wait)
+    if late:
+        _log.warning("%d Ray actor(s) did not say their pid within %.1f s: left out",
+                     len(late), wait)
+    answered = set(done)
+    pids = []
+    for ref in refs:
+        if ref not in answered:
+            continue
+        try:
+            pids.append(int(ray.get(ref, timeout=0)))
+        except lost_errors(ray):
+            continue  # died just now: no pid to give
+    return pids
+
+
 def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """The Ray errors that mean "the worker went away", not "the call failed"."""
     names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError",
@@ -130,20 +151,17 @@ class RayRuns:
         self.workers_lost = 0  # actors that died under a run
         self.failure: ExecutorError | None = None
 
-    def worker_pids(self, busy: bool = False) -> list[int]:
+    def worker_pids(self, busy: bool = False, *, wait: float = _COME_BACK_S) -> list[int]:
         """The actors' pids (`busy`: only those running a run), for
-        monitoring and for tests that kill them."""
+        monitoring and for tests that kill them. An actor that does not
+        answer within `wait` seconds, all of them together (a stopped or
+        hung process, one still restarting), is left out and logged: by
+        default the time after which _await_actor takes an actor for gone."""
         with self._lock:
             running = set(self._where.values())
             handles = [h for slot, h in enumerate(self._handles)
                        if self._usable[slot] and (slot in running or not busy)]
-        pids = []
-        for ref in [h.ready.remote() for h in handles]:
-            try:
-                pids.append(int(self._ray.get(ref)))
-            except lost_errors(self._ray):
-                continue  # died just now: no pid to give
-        return pids
+        return _answered_pids(self._ray, [h.ready.remote() for h in handles], wait)
 
     def start(self) -> None:
         ray = self._ray = import_ray()
