@@ -519,7 +519,8 @@ def test_a_journaled_batch_mixing_guest_calls_resumes_anywhere_in_the_models_ord
         first = host.run(module, journal=JournalSpec(path), on_event=events.append)
         assert first.outcome == "exited", first.message
         assert sorted(calls) == [1, 2, 3]
-        assert {e.data.get("parallel") for e in events if e.kind == ev.TOOL_START} == {6}
+        # A guest call of a journaled batch runs alone: count 1 and 2 overlap at most.
+        assert {e.data.get("parallel") for e in events if e.kind == ev.TOOL_START} == {2}
         lines = path.read_text().splitlines()
         steps = [json.loads(line) for line in lines]
         order = [s["kind"] for s in steps if s["kind"] in ("tool.outcome", "guest_tool.output")]

@@ -216,8 +216,9 @@ def _observed_complete(run: RunContext, fd: int, backend: Backend,
 
 def _tool_events(run: RunContext, fd: int,
                  iterations: Callable[[], int]) -> tuple[Started, Ended]:
-    """TOOL_START and TOOL_END of a call that runs; `parallel`: the calls of
-    its batch (a call run alone, 1, has no such field)."""
+    """TOOL_START and TOOL_END of a call that runs; `parallel`: how many
+    calls of its batch may run at once (parallel._overlap; 1, nothing
+    overlapping, has no such field)."""
     events = run.events
 
     def started(action: CallTool, parallel: int) -> None:

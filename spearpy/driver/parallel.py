@@ -4,7 +4,9 @@ Calls to sources that can run concurrently (MCP servers, Python tools) go to
 worker threads, at most `max_parallel_tools` at a time, started first; the
 guest's calls stay on the guest's thread (the one running the send), in the
 model's order, while the others run. A batch of guest calls alone runs one
-by one, as ever (no `parallel` field on its events: nothing overlapped).
+by one, as ever (no `parallel` field on its events: nothing overlapped);
+the events of a batch's calls say how many of them may run at once
+(_overlap), not how many it has.
 Only that thread emits events and touches the journal: a worker runs the
 source's call and nothing else, then wakes the run's waker.
 
@@ -48,7 +50,8 @@ if TYPE_CHECKING:
     from spearpy.interrupts import Reason
 
 ToolFn = Callable[[CallTool], ToolOutcome]
-# (action, calls in its batch) -> None: TOOL_START, and TOOL_END with the outcome
+# (action, how many calls of its batch may run at once) -> None: TOOL_START,
+# and TOOL_END with the outcome
 Started = Callable[[CallTool, int], None]
 Ended = Callable[[CallTool, ToolOutcome, int], None]
 
@@ -134,6 +137,7 @@ class _Batch:
         self._stops = run.interrupts
         self._held = 0  # what the outcomes taken so far keep (_hold)
         self._journal = run.journal
+        self._together = _overlap(batch.calls, limit, self._journal is not None)
         self.outcomes: list[ToolOutcome | None] = [None] * self._size
         self._results: list[ToolOutcome | None] = [None] * self._size
         self._finished: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -179,7 +183,7 @@ class _Batch:
                 self._cut_short(reason)
                 return self.outcomes, reason
             if calls._started is not None:
-                calls._started(action, self._size)
+                calls._started(action, self._together)
             try:
                 outcome = calls._guest(action)
             except BaseException:
@@ -189,11 +193,11 @@ class _Batch:
                 why = self._stops.run_reason() or _ABANDONED
                 if calls._ended is not None:
                     calls._ended(action, ToolOutcome(ok=False, error_code=str(why[0]),
-                                                     error_message=why[1]), self._size)
+                                                     error_message=why[1]), self._together)
                 self._cut_short(why)
                 raise
             if calls._ended is not None:
-                calls._ended(action, outcome, self._size)
+                calls._ended(action, outcome, self._together)
             self.outcomes[index] = outcome
             self._held = _hold(self._run, self._held, outcome, self._calls._max_output)
             if self._journal is not None:
@@ -215,7 +219,7 @@ class _Batch:
             index = waiting.popleft()
             action = self._actions[index]
             if self._calls._started is not None:
-                self._calls._started(action, self._size)
+                self._calls._started(action, self._together)
             self._running += 1
             self._started.append(index)
             strays = _STRAYS.count
@@ -277,7 +281,7 @@ class _Batch:
             self.outcomes[index] = outcome
             self._held = _hold(self._run, self._held, outcome, self._calls._max_output)
             if self._calls._ended is not None:
-                self._calls._ended(self._actions[index], outcome, self._size)
+                self._calls._ended(self._actions[index], outcome, self._together)
         if self._journal is not None:
             self._record_ended()
         if self._stops.run_reason() is None:
@@ -333,7 +337,7 @@ class _Batch:
         self.outcomes[index] = outcome
         self._running -= 1
         if self._calls._ended is not None:
-            self._calls._ended(self._actions[index], outcome, self._size)
+            self._calls._ended(self._actions[index], outcome, self._together)
 
     def _record_ended(self) -> None:
         """Journal the calls that ended with every call before them."""
@@ -378,6 +382,22 @@ def _hold(run: RunContext, held: int, outcome: ToolOutcome, max_output: int) -> 
         with contextlib.suppress(HostInterrupt):  # noted: the batch's next check ends it
             run.reserve_bytes(held, "the tool outputs of one reply")
     return held
+
+
+def _overlap(actions: list[CallTool], limit: int, journaled: bool) -> int:
+    """How many of a batch's calls may run at once: up to `limit` non-guest
+    calls on workers and, unjournaled, one guest call beside them on the
+    guest's thread. Journaled, a guest call waits for every call before it
+    and the calls after it wait for it, so it runs alone: the most is the
+    longest stretch of non-guest calls between guest calls, up to `limit`."""
+    if not journaled:
+        others = sum(not _is_guest(action) for action in actions)
+        return min(others, limit) + (others < len(actions))
+    longest = stretch = 0
+    for action in actions:
+        stretch = 0 if _is_guest(action) else stretch + 1
+        longest = max(longest, stretch)
+    return min(longest, limit)
 
 
 def _is_guest(action: CallTool) -> bool:

@@ -232,9 +232,10 @@ function toolCard(d) {
   badge.title = "where the tool ran";
   head.append(el("span", "tool-name mono", d.name), badge);
   if (d.parallel > 1) {
-    // One of the reply's calls that ran at once (max_parallel_tools).
+    // How many of the reply's calls could run at once (max_parallel_tools,
+    // and the guest's thread beside them): not how many the reply has.
     const together = el("span", "badge parallel", "parallel ×" + d.parallel);
-    together.title = "ran at the same time as the other calls of this reply";
+    together.title = "up to " + d.parallel + " of this reply's calls ran at the same time";
     head.append(together);
   }
   head.append(
