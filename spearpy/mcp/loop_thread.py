@@ -75,6 +75,9 @@ class LoopThread:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the loop and return at once: for a coroutine that
+        outlives any one caller's wait (bench/m_mcp.py's SDK session owner),
+        which `run` cannot hold."""
         try:
             loop = self.loop()
         except LoopClosed:
