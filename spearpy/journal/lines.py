@@ -67,14 +67,19 @@ def completion_line(seq: int, request_sha256: str, answer: Any, scrub: EncodedSc
 
 
 _ANSWER_KEYS = ("backend", "model", "body", "error", "latency_ms", "t")
+# Bytes no JSON text in UTF-8 holds outside a string's escapes but tab and
+# space: json.loads(bytes) reads a body with NULs as UTF-16 or UTF-32, whose
+# bytes are ASCII but are neither the line's JSON nor scrubbed as text.
+_NOT_IN_A_LINE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _with_raw_body(answer: Any, raw: bytes, scrub: EncodedScrub) -> str | None:
     """The answer's text with `raw` as its body; None when `raw` may not stand
     in a line as it is. A valid JSON text holds a raw CR or LF only as
     whitespace (never inside a string), and non-ASCII only inside strings,
-    but the line must be ASCII and one line: such a body is encoded again."""
-    if not (raw.isascii() and b"\n" not in raw and b"\r" not in raw
+    but the line must be ASCII and one line: such a body is encoded again,
+    as is one with other control bytes (UTF-16 or UTF-32 to json.loads)."""
+    if not (raw.isascii() and not _NOT_IN_A_LINE.search(raw)
             and tuple(answer) == _ANSWER_KEYS and answer["error"] is None):
         return None
     body = raw.decode("ascii").strip()
