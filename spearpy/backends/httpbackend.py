@@ -341,9 +341,12 @@ class HTTPBackend(abc.ABC):
                 body, refused = None, f": {exc.msg}, not parsed"
             except (UnicodeDecodeError, json.JSONDecodeError):
                 body = None
-        if self._scrubber and (streamed is not None or b"\\\\" in raw or b"\\u" in raw):
+        if self._scrubber and (streamed is not None or b"\\\\" in raw or b"\\u" in raw
+                               or b"\0" in raw):
             # Escapes the precise pass on the raw bytes may have missed (an
-            # escaped backslash before an escape) decode into these strings.
+            # escaped backslash before an escape) decode into these strings,
+            # and so does a body json.loads reads as UTF-16 or UTF-32 (NULs
+            # in its first four bytes), whose text that pass never saw.
             body = self._scrubber.value(body)
         if not 200 <= status < 300:
             message, code = error_details(body, raw)
