@@ -26,14 +26,17 @@ class _Flusher:
         self._cond = threading.Condition()
         self._queue: deque[Flush] = deque()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+
+    def forked(self) -> None:
+        """In a forked child, anew: its parent's lock may have been copied
+        held (another thread was handing a write over), its thread was not
+        copied, and its queued writes are the parent's to make."""
+        self._cond, self._queue, self._thread = threading.Condition(), deque(), None
 
     def soon(self, flush: Flush) -> None:
         with self._cond:
             thread = self._thread
-            if thread is None or self._pid != os.getpid() or not thread.is_alive():
-                # First use, or a forked child (which has no copy of the thread).
-                self._pid, self._queue = os.getpid(), deque()
+            if thread is None or not thread.is_alive():
                 thread = self._thread = threading.Thread(
                     target=self._loop, name="spearpy-journal-flush", daemon=True)
                 thread.start()
@@ -53,3 +56,4 @@ class _Flusher:
 
 
 FLUSHER = _Flusher()
+os.register_at_fork(after_in_child=FLUSHER.forked)
