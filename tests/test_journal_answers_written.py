@@ -27,6 +27,7 @@ from tests.probe import wat_module
 
 IDLE = wat_module("stream_idle.wat")
 SPIN = wat_module("clock_spin.wat")
+ONCE = wat_module("clock_once_spin.wat")
 WAIT_S = 60.0  # against a hung host only
 
 
@@ -83,6 +84,20 @@ def test_a_reading_is_in_the_file_while_the_guest_computes_on(host: Host,
         # ANSWERS_WAIT_S): the first is written out before it.
         _until(lambda: [c for c, _rc in _calls(path)].count("system.time_now_ms") >= 1,
                "the first clock reading is not in the journal file")
+        assert not handle.done()
+    finally:
+        handle.cancel()
+    assert handle.result(timeout=WAIT_S).outcome == "cancelled"
+
+
+def test_the_last_reading_is_in_the_file_while_the_guest_computes_on(host: Host,
+                                                                      tmp_path: Path) -> None:
+    """No call comes after the reading: only the bound writes it."""
+    path = tmp_path / "once.jsonl"
+    handle = host.start(ONCE, journal=JournalSpec(path), limits={"timeout": 120})
+    try:
+        _until(lambda: [c for c, _rc in _calls(path)].count("system.time_now_ms") >= 1,
+               "the last clock reading is not in the journal file")
         assert not handle.done()
     finally:
         handle.cancel()

@@ -95,6 +95,7 @@ class RunJournal:
         self._live_since = run.started
         if self.writer is not None:
             run.interrupts.before_block = self._before_block
+            self.writer.max_wait = ANSWERS_WAIT_S
 
     def sync(self) -> None:
         """A send completed: make what it journaled durable (policy `send`).
@@ -157,8 +158,6 @@ class RunJournal:
             return rc
         if not answers_only:
             self._before_world_call()
-        elif self.writer is not None and self.writer.pending_age() > ANSWERS_WAIT_S:
-            self.writer.flush_soon()
         recorder = RecordingMemory(run.memory)
         run.memory = recorder
         try:

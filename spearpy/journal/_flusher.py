@@ -7,14 +7,19 @@ serve`). `soon(flush)` hands the write to a daemon thread shared by every
 writer of the process. The writer's lock orders it with the run's own
 appends and flushes (the run's next paid call waits for it there), and a
 write that fails keeps its records for the run's next flush, which reports
-the error.
+the error. `later(delay, flush)` runs one there after `delay` seconds: a
+writer's bound on how long an answer waits unwritten while its guest
+computes on without a call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -25,31 +30,48 @@ class _Flusher:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: deque[Flush] = deque()
+        self._timers: list[tuple[float, int, Flush]] = []  # a heap: (due, order, flush)
+        self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
     def forked(self) -> None:
         """In a forked child, anew: its parent's lock may have been copied
         held (another thread was handing a write over), its thread was not
         copied, and its queued writes are the parent's to make."""
-        self._cond, self._queue, self._thread = threading.Condition(), deque(), None
+        self._cond, self._queue, self._timers, self._thread = \
+            threading.Condition(), deque(), [], None
 
     def soon(self, flush: Flush) -> None:
         with self._cond:
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                thread = self._thread = threading.Thread(
-                    target=self._loop, name="spearpy-journal-flush", daemon=True)
-                thread.start()
+            self._running()
             self._queue.append(flush)
             self._cond.notify()
 
+    def later(self, delay: float, flush: Flush) -> None:
+        with self._cond:
+            self._running()
+            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._order), flush))
+            self._cond.notify()
+
+    def _running(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="spearpy-journal-flush",
+                                            daemon=True)
+            self._thread.start()
+
     def _loop(self) -> None:
-        cond, queue = self._cond, self._queue
+        cond, queue, timers = self._cond, self._queue, self._timers
         while True:
             with cond:
-                while not queue:
-                    cond.wait()
-                flush = queue.popleft()
+                while True:
+                    if queue:
+                        flush = queue.popleft()
+                        break
+                    wait = timers[0][0] - time.monotonic() if timers else None
+                    if wait is not None and wait <= 0:
+                        flush = heapq.heappop(timers)[2]
+                        break
+                    cond.wait(wait)
             # A failed write keeps its records for the run's next flush, which reports it.
             with contextlib.suppress(Exception):
                 flush()

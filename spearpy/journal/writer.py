@@ -63,7 +63,10 @@ class JournalWriter:
     completion, a tool that is not the guest's), at each send's end and at
     its end. So a crash of the process loses at most the records since the
     last paid call was made: at most that call is made again by a resume,
-    as when the crash comes while it is in flight."""
+    as when the crash comes while it is in flight. `max_wait` (seconds,
+    None: no bound): a record waits at most about that long unwritten, the
+    write then made on the flusher thread (a guest that computes on after
+    an answer, without a call, still has it written)."""
 
     def __init__(self, handle: StoreWriter, *, secrets: Iterable[str] = (),
                  max_bytes: int = DEFAULT_MAX_JOURNAL_BYTES, buffered: bool = False) -> None:
@@ -77,6 +80,8 @@ class JournalWriter:
         self._pending_bytes = 0
         self._pending_since = 0.0  # when the oldest record waiting was made
         self._soon = False  # a write of them is queued on the flusher thread
+        self._timed = False  # a max_wait check of them is due on the flusher thread
+        self.max_wait: float | None = None
         self._closed = False
         self._ended = False
         self._next_seq = handle.next_seq
@@ -191,6 +196,22 @@ class JournalWriter:
             self._soon = True
             FLUSHER.soon(self._flush_queued)
 
+    def _flush_timed(self) -> None:
+        """On the flusher thread, `max_wait` after a record waited: written
+        if it still waits and is old enough, else checked again when the
+        oldest one waiting will be."""
+        with self._lock:
+            wait = self.max_wait
+            if self._closed or not self._pending or wait is None:
+                self._timed = False
+                return
+            left = wait - (time.monotonic() - self._pending_since)
+            if left > 0:
+                FLUSHER.later(left, self._flush_timed)
+                return
+            self._timed = False
+            self._flush()
+
     def _flush_queued(self) -> None:
         self._soon = False  # before the write: records appended from here are queued again
         with self._lock:
@@ -249,6 +270,9 @@ class JournalWriter:
         if self._buffered:
             if not self._pending:
                 self._pending_since = time.monotonic()
+                if self.max_wait is not None and not self._timed:
+                    self._timed = True
+                    FLUSHER.later(self.max_wait, self._flush_timed)
             self._pending.append((seq, kind, line))
             self._pending_bytes += size
         else:
