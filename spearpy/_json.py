@@ -42,10 +42,13 @@ _SIGNS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")
 
 
 def loads(raw: str | bytes, *, allow_nan: bool = True,
-          max_containers: int | None = MAX_JSON_CONTAINERS) -> Any:
-    """`json.loads` that refuses nesting deeper than MAX_JSON_DEPTH, and
+          max_containers: int | None = MAX_JSON_CONTAINERS,
+          max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """`json.loads` that refuses nesting deeper than `max_depth`, and
     more than `max_containers` arrays and objects (None: any number, for a
-    file the user chose, such as a cassette).
+    file the user chose, such as a cassette). A deeper `max_depth` is for a
+    document that wraps a value parsed at MAX_JSON_DEPTH in a few levels of
+    its own (a journal record); it must stay far below the recursion limit.
 
     allow_nan=False also refuses NaN and ±Infinity, which are not JSON and
     which strict servers reject when the value is sent on.
@@ -58,8 +61,8 @@ def loads(raw: str | bytes, *, allow_nan: bool = True,
         # that starts at its first character and fills the text.
         # A text no longer than the depth bound holds no more brackets than
         # that: the usual tool arguments skip the two counts.
-        if len(raw) > MAX_JSON_DEPTH and raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and (
-                problem := _structure_problem(raw, max_containers)):
+        if len(raw) > max_depth and raw.count("[") + raw.count("{") > max_depth and (
+                problem := _structure_problem(raw, max_containers, max_depth)):
             raise StructureError(problem, raw, 0)
         try:
             value, end = (_SCAN if allow_nan else _STRICT_SCAN)(raw, 0)
@@ -70,7 +73,7 @@ def loads(raw: str | bytes, *, allow_nan: bool = True,
         if "\\u" in raw and _may_hold_surrogates(raw):
             value = _replace_lone_surrogates(value)
         return value
-    problem = _structure_problem(raw, max_containers)
+    problem = _structure_problem(raw, max_containers, max_depth)
     if problem is not None:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         raise StructureError(problem, text, 0)
@@ -104,22 +107,23 @@ def _replace_lone_surrogates(value: Any) -> Any:
     return value
 
 
-def _structure_problem(raw: str | bytes, max_containers: int | None) -> str | None:
+def _structure_problem(raw: str | bytes, max_containers: int | None,
+                       max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why the document must not be parsed: nested too deep, or too many
     arrays and objects. None for the common document."""
     if isinstance(raw, str):
-        if raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH:
+        if raw.count("[") + raw.count("{") <= max_depth:
             return None  # the common case: cannot be too deep or too many
         data = raw.encode("utf-8", "surrogatepass")
     else:
-        if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        if raw.count(b"[") + raw.count(b"{") <= max_depth:
             return None
         data = raw
     # The depth at C speed (strings out, brackets to +-1, running maximum):
     # a token loop in Python cost twice json.loads on a bracket-heavy body.
     signs = _STRINGS.sub(b"", data).translate(_SIGNS, _NOT_BRACKETS)
-    if max(accumulate(memoryview(signs).cast("b")), default=0) > MAX_JSON_DEPTH:
-        return f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if max(accumulate(memoryview(signs).cast("b")), default=0) > max_depth:
+        return f"nested deeper than {max_depth} levels"
     if max_containers is not None and signs.count(1) > max_containers:
         return f"more than {max_containers} arrays and objects"
     return None

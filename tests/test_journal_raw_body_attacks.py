@@ -90,3 +90,21 @@ def test_a_wide_key_in_the_raw_body_is_not_spliced_into_a_line(tmp_path: Path) -
     line = _journal(tmp_path, body, raw)
     assert KEY.encode("utf-16-le") not in line and b"\0" not in line
     assert decode(line).answer["body"] == body
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+def test_a_body_nested_as_deep_as_a_run_takes_is_read_back(
+        tmp_path: Path, spliced: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record wraps its answer's body two levels deeper (the record, the
+    answer): a body at the depth a live run accepts must still read back."""
+    depth = 63  # the body's own object, then 63 arrays: 64 levels
+    text = BODY.replace("CONTENT", "deep")[:-1] + ',"x":' + "[" * depth + "]" * depth + "}"
+    # Spliced as sent, or (non-ASCII) encoded again by the general path.
+    raw = text.encode("ascii") if spliced else text.replace("deep", "d\u00e9ep").encode()
+    server = RawServer(lambda c, r: (answer(raw), False))
+    try:
+        body, got_raw = _complete(server, None, monkeypatch)
+    finally:
+        server.close()
+    line = _journal(tmp_path, body, got_raw)
+    assert decode(line).answer["body"] == body

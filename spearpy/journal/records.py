@@ -331,7 +331,9 @@ def encode(record: Record) -> bytes:
 def decode(line: bytes | str) -> Record:
     """A record from its line; JournalCorrupt saying what is wrong with it."""
     try:
-        obj = _json.loads(line, max_containers=None)
+        # A record holds a value a run parsed at MAX_JSON_DEPTH (a
+        # completion's body) two levels down: the record, its answer.
+        obj = _json.loads(line, max_containers=None, max_depth=_json.MAX_JSON_DEPTH + 2)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise JournalCorrupt(f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
