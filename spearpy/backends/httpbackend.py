@@ -17,7 +17,6 @@ log, transcript, cassette or error message could pick it up.
 from __future__ import annotations
 
 import abc
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -339,7 +338,7 @@ class HTTPBackend(abc.ABC):
                 body = parsed = _json.loads(raw)
             except _json.StructureError as exc:
                 body, refused = None, f": {exc.msg}, not parsed"
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except ValueError:  # not JSON, not text, or an int too long to convert
                 body = None
         if self._scrubber and (streamed is not None or b"\\\\" in raw or b"\\u" in raw
                                or b"\0" in raw):
