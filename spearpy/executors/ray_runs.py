@@ -10,8 +10,11 @@ at once without running), and runs wait while no actor can take them. Its
 runs end as `worker_lost`, but a run with a journal (RunJob.journal), which
 resumes on another actor from its journal instead, as on worker processes
 (procs.py): at most `max_resumes` times, its `on_event` told first
-(RUN_RESUMED); no completion the journal holds is asked again. Ray is
-imported only when this executor starts: `pip install spearpy[ray]`.
+(RUN_RESUMED); no completion the journal holds is asked again. An actor
+alive to Ray that answers nothing (stopped, deadlocked, cut off) is killed
+once a run on it outlives its deadline and a grace, or stays silent and the
+actor does not answer a ping (ray_watch.py): nothing waits for it for ever.
+Ray is imported only when this executor starts: `pip install spearpy[ray]`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.ray_signals import crash_handlers_kept
+from spearpy.executors.ray_watch import (
+    GRACE_S,
+    SILENCE_S,
+    WATCH_GROUP,
+    Hung,
+    Watch,
+    run_timeout,
+    timed_out,
+)
 from spearpy.executors.resumes import resumed_event, resumed_job
 
 if TYPE_CHECKING:
@@ -123,17 +135,21 @@ class _Submitted:
 class RayRuns:
     """`address`: a cluster address ("ray://host:10001", "host:6379"),
     "auto" (the cluster this machine is part of) or "local" (start a
-    private single-machine cluster)."""
+    private single-machine cluster). `grace` and `silence`: how long a run
+    may go on past its deadline, and stay silent, before its actor is taken
+    for hung (ray_watch.py)."""
 
     name = "ray"
 
     def __init__(self, address: str, config: HostConfig, max_concurrent: int,
-                 actors: int | None = None, max_resumes: int = MAX_RESUMES) -> None:
+                 actors: int | None = None, max_resumes: int = MAX_RESUMES, *,
+                 grace: float = GRACE_S, silence: float = SILENCE_S) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
         if max_resumes < 0:
             raise ValueError("max_resumes must not be negative")
         self.max_resumes = max_resumes
+        self.grace, self.silence = grace, silence
         self.address = address
         self._config = config.model_dump()
         self._max_concurrent = max_concurrent
@@ -181,7 +197,8 @@ class RayRuns:
         threads = -(-self._max_concurrent // count)
         # One slot more than runs, so cancel() and ready() never queue behind busy runs.
         actor_class = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0,
-                                 max_concurrency=threads + 1)(RayActor)
+                                 max_concurrency=threads + 1,
+                                 concurrency_groups={WATCH_GROUP: 1})(RayActor)
         handles = [actor_class.remote(self._config) for _ in range(count)]
         with self._lock:
             self._handles, self._load, self._usable = handles, [0] * count, [True] * count
@@ -271,9 +288,9 @@ class RayRuns:
         ray = self._ray
         ended = False
         lost: str | None = None  # why its actor is gone, when it died under the run
+        watch = Watch(run_timeout(run.job.limits, self._config), self.grace, self.silence)
         try:
-            for ref in stream:
-                message = ray.get(ref)
+            for message in watch.messages(ray, stream, lambda wait: self._answers(slot, wait)):
                 if message[0] == "event" and run.on_event is not None:
                     run.on_event(message[2])
                 elif message[0] == "end":
@@ -286,6 +303,15 @@ class RayRuns:
                 self._probe(slot)
                 lost = (f"the Ray actor running this run died before the run ended "
                         f"({type(exc).__name__})")
+        except Hung as hung:
+            if not ended:
+                ended = True
+                _log.error("run %s: %s", run.job.key, hung.why)
+                self._probe(slot, kill=True)
+                if hung.timed_out:
+                    run.on_end(timed_out(hung.why), None)
+                else:
+                    lost = hung.why
         except ray.exceptions.RayError as exc:
             if not ended:
                 ended = True
@@ -322,13 +348,31 @@ class RayRuns:
             run.on_event(resumed_event(why, run.resumes))
         self._place(run)
 
-    def _probe(self, slot: int) -> None:
-        """Take the actor out of use until it answers again (on a thread)."""
+    def _answers(self, slot: int, wait: float) -> bool:
+        """Whether the actor in `slot` answers within `wait` seconds (any
+        answer, a death too: a dead actor's streams say so themselves)."""
+        with self._lock:
+            handle = self._handles[slot] if slot < len(self._handles) else None
+        if handle is None:
+            return True  # closed: the killed actors' streams end the runs
+        ready, _ = self._ray.wait(
+            [handle.ready.options(concurrency_group=WATCH_GROUP).remote()], timeout=wait)
+        return bool(ready)
+
+    def _probe(self, slot: int, *, kill: bool = False) -> None:
+        """Take the actor out of use until it answers again (on a thread);
+        `kill`: it is hung, so kill it first (Ray restarts it)."""
         with self._lock:
             if not self._usable[slot]:
-                return  # a probe is on it already: the same death
+                return  # a probe is on it already: the same death, or killed already
             self._usable[slot] = False
             self.workers_lost += 1
+            handle = self._handles[slot] if kill else None
+        if handle is not None:
+            try:
+                self._ray.kill(handle, no_restart=False)
+            except Exception:  # gone already, or closed meanwhile
+                _log.debug("killing a hung Ray actor failed", exc_info=True)
         threading.Thread(target=self._await_actor, args=(slot,), daemon=True,
                          name=f"spearpy-ray-probe-{slot}").start()
 
