@@ -334,7 +334,7 @@ def decode(line: bytes | str) -> Record:
         # A record holds a value a run parsed at MAX_JSON_DEPTH (a
         # completion's body) two levels down: the record, its answer.
         obj = _json.loads(line, max_containers=None, max_depth=_json.MAX_JSON_DEPTH + 2)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not text, or a number too long to convert
         raise JournalCorrupt(f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise JournalCorrupt("not a JSON object")
