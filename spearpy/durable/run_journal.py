@@ -341,7 +341,7 @@ class RunJournal:
         crash while it waits must not lose it (a failed write is reported
         by the next flush, before its next call of the world)."""
         writer = self.writer
-        if writer is not None and writer.pending_age() > 0.0:
+        if writer is not None and writer.waiting():
             writer.flush_soon()
 
     def _before_world_call(self) -> None:

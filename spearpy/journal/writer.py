@@ -182,11 +182,10 @@ class JournalWriter:
             self._flush()
             return size
 
-    def pending_age(self) -> float:
-        """Seconds the oldest record not yet written has waited; 0.0 when
-        none waits. Read without the lock: a stale answer only moves a
-        write to the next call."""
-        return time.monotonic() - self._pending_since if self._pending else 0.0
+    def waiting(self) -> bool:
+        """Whether records wait to be written. Read without the lock: a
+        stale answer only moves a write to the next call or to max_wait."""
+        return bool(self._pending)
 
     def flush_soon(self) -> None:
         """Hand the buffered records to the store on the process's flusher
