@@ -5,8 +5,11 @@ journal writer on a real file in the child."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -54,3 +57,56 @@ def test_a_child_forked_while_a_write_was_handed_over_hands_over_its_own(
     other.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# Run in a process of its own: it caps its address space just above what it
+# maps and asks 1 GiB of stack for each new thread, so the flusher's thread
+# cannot start (as tests/test_parallel_limits.py's child); then a record is
+# made (a buffered writer arms its max_wait) and handed to the flusher.
+_NO_THREADS_CHILD = """
+import json, resource, sys, threading
+from spearpy.journal import FileJournalStore, SyncPolicy
+from spearpy.journal.writer import JournalWriter
+
+store = FileJournalStore(sys.argv[1])
+writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
+writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
+writer.flush()
+writer.max_wait = 0.05  # armed by the next record: no flusher thread started so far
+status = open("/proc/self/status").read().splitlines()
+mapped = int(next(line for line in status if line.startswith("VmSize")).split()[1]) << 10
+threading.stack_size(1 << 30)
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), resource.RLIM_INFINITY))
+try:
+    threading.Thread(target=lambda: None).start()
+    started = True
+except RuntimeError:
+    started = False
+report = {"thread_started": started}
+try:
+    writer.append_hostcall("system.random_i64", (), 1, [], 0.0)
+    writer.flush_soon()  # the guest is about to wait
+    report["written"] = len(list(store.records("run")))
+    writer.append_hostcall("system.random_i64", (), 2, [], 0.0)
+    writer.close()
+    report["closed"] = len(list(store.records("run")))
+except BaseException as exc:
+    report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+print(json.dumps(report))
+"""
+
+
+def test_a_process_that_cannot_start_the_flusher_writes_on_the_runs_thread(
+        tmp_path: Path) -> None:
+    """At the process's thread limit a record is still made (its max_wait
+    not armed) and a write handed over before a wait is made at once, on
+    the caller's thread, instead of the error escaping into the hostcall."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    child = subprocess.run([sys.executable, "-c", _NO_THREADS_CHILD, str(tmp_path)],
+                           capture_output=True, text=True, cwd=root, env=env, timeout=120)
+    assert child.returncode == 0, child.stderr[-3000:]
+    report = json.loads(child.stdout.splitlines()[-1])
+    assert report["thread_started"] is False  # the limit binds this process
+    assert report == {"thread_started": False, "written": 2, "closed": 3}, report

@@ -42,22 +42,37 @@ class _Flusher:
             threading.Condition(), deque(), [], None
 
     def soon(self, flush: Flush) -> None:
+        """`flush` on the flusher thread; at once on this one when no thread
+        can start (the process's limit), as before there was a flusher."""
         with self._cond:
-            self._running()
-            self._queue.append(flush)
-            self._cond.notify()
+            running = self._running()
+            if running:
+                self._queue.append(flush)
+                self._cond.notify()
+        if not running:
+            with contextlib.suppress(Exception):  # kept for the run's next flush, as there
+                flush()
 
-    def later(self, delay: float, flush: Flush) -> None:
+    def later(self, delay: float, flush: Flush) -> bool:
+        """`flush` on the flusher thread after `delay` seconds; False (none
+        armed) when no thread can start."""
         with self._cond:
-            self._running()
+            if not self._running():
+                return False
             heapq.heappush(self._timers, (time.monotonic() + delay, next(self._order), flush))
             self._cond.notify()
+            return True
 
-    def _running(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="spearpy-journal-flush",
-                                            daemon=True)
-            self._thread.start()
+    def _running(self) -> bool:
+        if self._thread is not None and self._thread.is_alive():
+            return True
+        thread = threading.Thread(target=self._loop, name="spearpy-journal-flush", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # can't start new thread
+            return False
+        self._thread = thread
+        return True
 
     def _loop(self) -> None:
         cond, queue, timers = self._cond, self._queue, self._timers

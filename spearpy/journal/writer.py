@@ -190,7 +190,8 @@ class JournalWriter:
     def flush_soon(self) -> None:
         """Hand the buffered records to the store on the process's flusher
         thread (journal/_flusher.py), without waiting for it: the caller is
-        about to wait for something else."""
+        about to wait for something else. At the process's thread limit the
+        write is made here, so the caller must not hold the writer's lock."""
         if not self._soon:
             self._soon = True
             FLUSHER.soon(self._flush_queued)
@@ -206,7 +207,7 @@ class JournalWriter:
                 return
             left = wait - (time.monotonic() - self._pending_since)
             if left > 0:
-                FLUSHER.later(left, self._flush_timed)
+                self._timed = FLUSHER.later(left, self._flush_timed)
                 return
             self._timed = False
             self._flush()
@@ -270,8 +271,7 @@ class JournalWriter:
             if not self._pending:
                 self._pending_since = time.monotonic()
                 if self.max_wait is not None and not self._timed:
-                    self._timed = True
-                    FLUSHER.later(self.max_wait, self._flush_timed)
+                    self._timed = FLUSHER.later(self.max_wait, self._flush_timed)
             self._pending.append((seq, kind, line))
             self._pending_bytes += size
         else:
