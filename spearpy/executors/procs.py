@@ -12,7 +12,10 @@ answers what the lost worker was told, so no completion it journaled is
 asked again); its `on_event` gets a RUN_RESUMED event first. A message the
 parent cannot unpickle (a class only the worker has) ends only the runs it
 was about, as host_error (unreadable.py); one that names no run stops the
-worker, which then ends its runs as a death does, saying why. Workers are
+worker, which then ends its runs as a death does, saying why. So does a
+worker alive but answering nothing (procs_watch.py): killed once a run on it
+outlives its deadline by `grace`, or once it is silent under runs for
+`silence` and does not answer a ping. Workers are
 fresh interpreters (worker.py): the parent runs threads (epoch ticker, HTTP
 pools) that `fork` would copy mid-use.
 """
@@ -29,14 +32,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
+from spearpy.executors.procs_watch import ProcsWatch, Quiet, ends_by
 from spearpy.executors.resumes import resumed_event, resumed_job
 from spearpy.executors.unreadable import sort_out
+from spearpy.executors.watch import GRACE_S, SILENCE_S, run_timeout
 from spearpy.outcome import Outcome, RunResult, exit_code_for
 
 if TYPE_CHECKING:
@@ -65,6 +71,8 @@ class _Run:
     on_event: EventSink | None
     on_end: OnEnd
     resumes: int = 0
+    timeout: float | None = None  # as its worker applies it
+    ends_by: float | None = None  # when it is taken for stuck (procs_watch.py)
 
 
 @dataclass(eq=False)
@@ -79,13 +87,20 @@ class _Worker:
     ready: threading.Event = field(default_factory=threading.Event)
     fatal: str | None = None  # why it could not start, as it said
     dead: bool = False
+    born: float = field(default_factory=time.monotonic)
+    frames: int = 0  # read from it so far: what its watch sees of it
+    quiet: Quiet = field(default_factory=Quiet)
+    stopping: str | None = None  # why the parent killed it, as its runs will say
 
 
 class ProcessRuns:
     name = "processes"
 
     def __init__(self, config: HostConfig, max_concurrent: int,
-                 workers: int | None = None, max_resumes: int = MAX_RESUMES) -> None:
+                 workers: int | None = None, max_resumes: int = MAX_RESUMES, *,
+                 grace: float = GRACE_S, silence: float = SILENCE_S) -> None:
+        """`grace`, `silence`: how long a run may go on past its deadline, and
+        a worker under runs stay silent, before the worker is taken for hung."""
         if max_concurrent < 1 or (workers is not None and workers < 1):
             raise ValueError("max_concurrent and workers must be at least 1")
         if max_resumes < 0:
@@ -93,10 +108,12 @@ class ProcessRuns:
         self.max_resumes = max_resumes
         self.workers = workers or max(1, min(os.cpu_count() or 1, max_concurrent))
         self.threads = -(-max_concurrent // self.workers)
-        self._spec = pickle.dumps((config.model_dump(), self.threads))
-        self._spec_file: Any = None
         self._lock = threading.Lock()
-        self._workers: list[_Worker] = []
+        self._workers: list[_Worker] = []  # the one list, for ever: the watch holds it
+        self._config = config.model_dump()
+        self._spec = pickle.dumps((self._config, self.threads))
+        self._watch = ProcsWatch(self._lock, self._workers, grace, silence, _READY_TIMEOUT_S)
+        self._spec_file: Any = None
         self._started = False
         self._closing = False
         self._start_failures = 0
@@ -131,6 +148,7 @@ class ProcessRuns:
                 why = worker.fatal or "see its stderr"
                 raise ExecutorError(f"a worker process did not start ({why})")
         self._started = True
+        self._watch.start()
 
     def submit(self, job: RunJob, wasm: bytes, host: Host | None, module: LoadedModule | None,
                cancel: threading.Event, on_event: EventSink | None, on_end: OnEnd) -> None:
@@ -138,12 +156,15 @@ class ProcessRuns:
 
     def _place(self, run: _Run) -> None:
         job = run.job
+        run.timeout = run_timeout(job.limits, self._config)
         with self._lock:
             live = [w for w in self._workers if not w.dead]
             if not live or self._closing:
                 worker = None
             else:
                 worker = min(live, key=lambda w: (not w.ready.is_set(), len(w.runs)))
+                run.ends_by = ends_by(run.timeout, self._watch.grace, worker.runs.values(),
+                                      self.threads, time.monotonic())
                 worker.runs[job.key] = run
                 sent = job.sha256 in worker.modules
                 worker.modules.add(job.sha256)
@@ -164,6 +185,7 @@ class ProcessRuns:
         with self._lock:
             self._closing = True
             workers = list(self._workers)
+        self._watch.stop()
         for worker in workers:
             worker.outbox.put(("stop",))
             worker.outbox.put(None)
@@ -205,6 +227,7 @@ class ProcessRuns:
                 # No copy more than recv(): getvalue() hands over the buffer
                 # the frame was read into. Kept for a second reading.
                 data = worker.results.recv_bytes()
+                worker.frames += 1
                 try:
                     message = pickle.loads(data)
                 except BaseException as exc:  # a daemon thread: nothing else reaches it this way
@@ -221,7 +244,7 @@ class ProcessRuns:
                 _log.error("stopping worker process %d: %s", worker.process.pid, stopped)
                 with contextlib.suppress(OSError):
                     worker.process.kill()
-            self._bury(worker, stopped)
+            self._bury(worker, stopped or worker.stopping)
 
     def _unreadable_run(self, worker: _Worker, key: str, *, ended: bool, why: str) -> None:
         """End a run whose message the parent could not read, and stop it on

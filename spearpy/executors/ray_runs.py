@@ -31,16 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.ray_signals import crash_handlers_kept
-from spearpy.executors.ray_watch import (
-    GRACE_S,
-    SILENCE_S,
-    WATCH_GROUP,
-    Hung,
-    Watch,
-    run_timeout,
-    timed_out,
-)
+from spearpy.executors.ray_watch import WATCH_GROUP, Hung, Watch
 from spearpy.executors.resumes import resumed_event, resumed_job
+from spearpy.executors.watch import GRACE_S, SILENCE_S, run_timeout, timed_out
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig

@@ -4,18 +4,12 @@ concludes when none comes (ray_runs.RayRuns._follow).
 Ray reports an actor whose process or node died, but not one that is alive
 and answers nothing: a process stopped (SIGSTOP) or deadlocked, a node cut
 off before Ray noticed. Waiting for such an actor's next message would hang
-the caller for ever, so every wait is bounded twice over:
-
-- by the run's own deadline (its `timeout` limit) plus `grace`: the actor
-  ends a run at its deadline by itself, so a run still going `grace`
-  seconds after it is stuck there; it ends `timeout`, as a run past its
-  deadline does, and its actor is killed (Ray restarts it).
-- by `silence`: a run that sent nothing for that long has its actor asked
-  whether it still answers (on a concurrency group of its own, so the
-  question never queues behind runs); an actor that does not answer within
-  `silence` more is taken for hung, killed, and its runs are lost as in a
-  death (journaled ones resume). A run without a timeout waits as long as
-  its actor answers: slow is not hung.
+the caller for ever, so every wait is bounded twice over, by the policy
+watch.py states: the run's deadline plus `grace` (its actor is killed, Ray
+restarts it, and the run ends `timeout`), and `silence`, after which a run
+that sent nothing has its actor pinged on a concurrency group of its own,
+so the ping never queues behind runs (an actor that does not answer within
+`silence` more is killed, and its runs are lost as in a death).
 """
 
 from __future__ import annotations
@@ -24,16 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.executors.watch import overdue_why, unanswered_why
 
-# Past its deadline, the time a run has to end on its actor (an epoch tick,
-# its transcript and journal written, a module compiled before the clock
-# started on the actor) before it is taken for stuck.
-GRACE_S = 60.0
-# A run silent this long has its actor asked whether it answers, and the
-# actor is taken for hung if it does not answer within as long again
-# (ray_runs._COME_BACK_S, the time after which an actor is taken for gone).
-SILENCE_S = 30.0
 # The actor's concurrency group for that question: one thread of its own.
 WATCH_GROUP = "watch"
 
@@ -51,18 +37,6 @@ class Hung(Exception):
         self.why = why
 
 
-def run_timeout(limits: dict[str, Any], config: dict[str, Any]) -> float | None:
-    """The run's timeout as its actor applies it: its own limit, or the Host's."""
-    value = limits["timeout"] if "timeout" in limits else config.get("timeout")
-    return float(value) if value else None
-
-
-def timed_out(why: str) -> RunResult:
-    """The end of a run that outlived its deadline on an actor that was killed."""
-    return RunResult(run_id="", exit_code=exit_code_for(Outcome.TIMEOUT),
-                     outcome=Outcome.TIMEOUT.value, message=why)
-
-
 class Watch:
     """One run's bounds, from the moment it was sent to its actor."""
 
@@ -78,9 +52,8 @@ class Watch:
 
     def _overdue(self) -> None:
         if self.ends_by is not None and time.monotonic() >= self.ends_by:
-            raise Hung(True, f"the run exceeded its {self.timeout:g} s deadline and did not "
-                             f"end on its Ray actor within {self.grace:g} s more: the actor "
-                             f"was killed")
+            raise Hung(True, overdue_why(self.timeout or 0.0, self.grace, "its Ray actor",
+                                         "the actor"))
 
     def silent(self, answers: Answers) -> None:
         """After a wait that brought nothing: raises Hung unless the run may
@@ -89,9 +62,7 @@ class Watch:
         if answers(self._left()):
             return
         self._overdue()  # the question was cut short by the deadline
-        raise Hung(False, f"the Ray actor running this run stopped answering (nothing from "
-                          f"the run for {self.silence:g} s, no answer to a ping within "
-                          f"{self.silence:g} s more): it was killed")
+        raise Hung(False, unanswered_why(self.silence, "the Ray actor running this run"))
 
     def messages(self, ray: Any, stream: Any, answers: Answers) -> Iterator[tuple[Any, ...]]:
         """The run's messages from its actor's stream, each waited for within

@@ -4,7 +4,8 @@ SPEC_FD TASK_FD RESULT_FD`).
 
 A worker reports each run as messages: ("loaded", key, from_disk_cache) the
 first time it loads the run's module, ("event", key, Event) as they happen
-(if asked to), then ("end", key, RunResult | None, error text | None).
+(if asked to), then ("end", key, RunResult | None, error text | None); and
+("pong",) to each ("ping",).
 
 Started as a fresh interpreter rather than through multiprocessing, whose
 `spawn` re-imports the parent's main script: an embedder's script without an
@@ -114,6 +115,10 @@ def serve(config: dict[str, Any], threads: int, tasks: Connection,
                 pool.submit(runs.run, message[1], message[2], message[3], send)
             elif message[0] == "cancel":
                 runs.cancel(message[1])
+            elif message[0] == "ping":
+                # From this thread, not the runs': the parent's watch asks
+                # whether the worker answers at all (procs_watch.py).
+                send(("pong",))
             else:  # "stop"
                 break
         # Runs still going were abandoned by the parent: end them now
