@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from spearpy.errors import SpearpyError
 from spearpy.executors.watch import overdue_why, unanswered_why
 
 # The actor's concurrency group for that question: one thread of its own.
@@ -27,7 +28,7 @@ WATCH_GROUP = "watch"
 Answers = Callable[[float], bool]
 
 
-class Hung(Exception):
+class Hung(SpearpyError):
     """Nothing came from a run's actor within its bounds. `timed_out`: the
     run outlived its deadline and grace (else the actor stopped answering)."""
 
