@@ -18,17 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spearpy.durable.digests import RequestDigests
+from spearpy.journal.hostcall_answers import hostcall_answer, stored_writes
 from spearpy.journal.lines import EncodedScrub, completion_line, guest_output_line, hostcall_line
 from spearpy.journal.records import (
     Digested,
     decode,
     encode,
-    hostcall_answer,
     kind_of,
     line_text,
     make_step,
     stored_request,
-    stored_writes,
 )
 from spearpy.journal.writer import MIN_SECRET_LENGTH
 from spearpy.observe.scrub import SecretScrubber

@@ -33,7 +33,8 @@ from spearpy.journal import (
     JournalWriter,
     ReplayDiverged,
 )
-from spearpy.journal.records import Digested, hostcall_writes
+from spearpy.journal.hostcall_answers import hostcall_writes
+from spearpy.journal.records import Digested
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spearpy._term import one_line
 from spearpy.errors import SpearpyError
 
 
@@ -33,3 +34,9 @@ class ReplayDiverged(JournalError):
     def __init__(self, step: int, message: str) -> None:
         super().__init__(message)
         self.step = step
+
+
+def shown(value: object) -> str:
+    """What a journal file held, in an error message: its repr, escaped and
+    short (the file may be damaged or hand-made; errors reach terminals)."""
+    return one_line(repr(value), 80)

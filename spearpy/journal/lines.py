@@ -119,7 +119,7 @@ _CALL_NAME = re.compile(r"[a-z0-9_.]{1,64}")
 def hostcall_line(seq: int, call: str, args: tuple[int, ...] | list[int], rc: int | None,
                   writes: list[list[Any]], t: float, scrubber: SecretScrubber) -> bytes | None:
     """A `hostcall` step ({"call", "args"} -> {"rc", "writes", "t"}, `writes`
-    as records.stored_writes gives them, already scrubbed), or None when it
+    as hostcall_answers.stored_writes gives them, already scrubbed), or None when it
     is not of the usual shape (the general path then decides and encodes it).
     Only the name is text a secret could spell."""
     if not (type(call) is str and _CALL_NAME.fullmatch(call)

@@ -22,8 +22,8 @@ request itself, `request_sha256` its digest (always for a kind that digests
 it, and for any request over REQUEST_INLINE_MAX bytes); a field a kind
 digests is stored as `<field>_sha256`; `answer` is JSON, `answer_sha256`
 the digest of an output that is checked, not served. A `hostcall` step's
-request and answer have a fixed shape (hostcall_answer builds the answer,
-hostcall_writes reads its bytes back), checked when written and when read.
+request and answer have a fixed shape (hostcall_answers.py builds the
+answer and reads its bytes back), checked when written and when read.
 Digests are sha256 of canonical JSON (sorted keys, no spaces, ASCII).
 Lines are ASCII (`\\u` escapes), so every store keeps them as plain text.
 """
@@ -31,21 +31,21 @@ Lines are ASCII (`\\u` escapes), so every store keeps them as plain text.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from spearpy import __version__, _json
-from spearpy._term import one_line
 from spearpy.journal._jsonenc import canonical as canonical
 from spearpy.journal._jsonenc import line_text as line_text
 from spearpy.journal._jsonenc import sha256_json as sha256_json
-from spearpy.journal.errors import JournalCorrupt, JournalError
+from spearpy.journal.errors import JournalCorrupt, JournalError, shown
+from spearpy.journal.hostcall_answers import b64_field, scrub_bytes
+from spearpy.journal.hostcall_answers import hostcall_answer as hostcall_answer
+from spearpy.journal.hostcall_answers import hostcall_writes as hostcall_writes
 from spearpy.observe.scrub import SecretScrubber
 
 FORMAT_VERSION = 1
@@ -121,7 +121,7 @@ class Start:
                scrubber: SecretScrubber) -> Start:
         """The start record of a run. `env` may be the environment itself:
         iterating a mapping gives its names, and only names are kept."""
-        held = stdin if len(stdin) <= STDIN_STORED_MAX and _scrub_bytes(stdin, scrubber) is stdin \
+        held = stdin if len(stdin) <= STDIN_STORED_MAX and scrub_bytes(stdin, scrubber) is stdin \
             else None
         return cls(module_sha256=hashlib.sha256(module).hexdigest(),
                    argv=tuple(scrubber.text(str(a)) for a in argv),
@@ -156,7 +156,7 @@ def kind_of(name: str) -> Kind:
     try:
         return KINDS[name]
     except KeyError:
-        raise JournalError(f"unknown journal kind {_shown(name)} (known: {', '.join(KINDS)})") \
+        raise JournalError(f"unknown journal kind {shown(name)} (known: {', '.join(KINDS)})") \
             from None
 
 
@@ -191,12 +191,12 @@ def stored_request(kind: Kind, request: Any, scrubber: SecretScrubber) -> tuple[
 def stored_answer(kind: Kind, answer: Any, scrubber: SecretScrubber) -> Any:
     if kind.name == HOSTCALL:
         # Its only strings are base64 of bytes scrubbed before encoding
-        # (hostcall_answer): a text scrub cannot see into them, and a short
+        # (hostcall_answers.py): a text scrub cannot see into them, and a short
         # secret that happens to spell a stretch of base64 would break them.
         return answer
     if kind.answer is Codec.DIGEST:
         if isinstance(answer, bytes | bytearray | memoryview):
-            return hashlib.sha256(_scrub_bytes(bytes(answer), scrubber)).hexdigest()
+            return hashlib.sha256(scrub_bytes(bytes(answer), scrubber)).hexdigest()
         return sha256_json(scrubber.value(answer))
     return scrubber.value(answer)
 
@@ -211,77 +211,6 @@ def make_step(seq: int, kind_name: str, request: Any, answer: Any,
     except JournalCorrupt as exc:  # not corrupt yet: refused before it is stored
         raise JournalError(f"step {seq}: {exc}") from None
     return step
-
-
-# ---- hostcall answers ------------------------------------------------------------------
-
-def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearray | memoryview]],
-                    t: float, scrubber: SecretScrubber) -> dict[str, Any]:
-    """A `hostcall` step's answer: the return value (None for a call without
-    one), what the call wrote into guest memory, when (ms since the run started).
-    Each write is scrubbed before base64, which would hide a secret from the
-    record's scrub, and keeps its length: replay writes it into a buffer of
-    that size."""
-    check_hostcall_answer(rc, t)
-    return {"rc": rc, "writes": stored_writes(writes, scrubber), "t": float(t)}
-
-
-def check_hostcall_answer(rc: int | None, t: float) -> None:
-    if rc is not None and type(rc) is not int:
-        raise JournalError(f"a hostcall's rc is an int or None, not {type(rc).__name__}")
-    if type(t) not in (int, float) or not math.isfinite(t):
-        raise JournalError(f"a hostcall's t is a finite number of ms, not {_shown(t)}")
-
-
-def stored_writes(writes: Iterable[tuple[int, bytes | bytearray | memoryview]],
-                  scrubber: SecretScrubber) -> list[list[Any]]:
-    """A hostcall's memory writes as its answer stores them: [address, base64]."""
-    stored = []
-    for address, data in writes:
-        if type(address) is not int or address < 0:
-            raise JournalError("a hostcall write's address is a guest address, not "
-                               f"{_shown(address)}")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise JournalError(f"a hostcall write is bytes, not {type(data).__name__}")
-        raw = bytes(data)
-        cleaned = _scrub_bytes(raw, scrubber)
-        if len(cleaned) != len(raw):
-            cleaned = (cleaned + _PAD * len(raw))[:len(raw)]
-        stored.append([address, base64.b64encode(cleaned).decode("ascii")])
-    return stored
-
-
-def hostcall_writes(answer: Any) -> list[tuple[int, bytes]]:
-    """The (guest address, bytes) pairs a stored hostcall answer wrote;
-    JournalCorrupt when the answer is not of hostcall_answer's shape."""
-    if not (isinstance(answer, dict) and answer.keys() == {"rc", "writes", "t"}):
-        raise JournalCorrupt('a hostcall answer is not {"rc", "writes", "t"}')
-    if answer["rc"] is not None and type(answer["rc"]) is not int:
-        raise JournalCorrupt("a hostcall answer's rc is not an int or null")
-    if type(answer["t"]) not in (int, float) or not math.isfinite(answer["t"]):
-        raise JournalCorrupt("a hostcall answer's t is not a number")
-    if not isinstance(answer["writes"], list):
-        raise JournalCorrupt("a hostcall answer's writes is not a list")
-    writes = []
-    for write in answer["writes"]:
-        if not (isinstance(write, list) and len(write) == 2 and type(write[0]) is int
-                and write[0] >= 0 and isinstance(write[1], str)):
-            raise JournalCorrupt("a hostcall write is not [guest address, base64]")
-        writes.append((write[0], _b64(write[1], "a hostcall write")))
-    return writes
-
-
-_PAD = b"*"  # fills a write its redaction shortened
-
-
-def _scrub_bytes(data: bytes, scrubber: SecretScrubber) -> bytes:
-    """The bytes with every secret spelling removed; the same object when none.
-    Base64 would hide a secret from any later scrub, so this runs first."""
-    if not scrubber:
-        return data
-    text = data.decode("utf-8", "surrogateescape")
-    cleaned = scrubber.text(text)
-    return data if cleaned == text else cleaned.encode("utf-8", "surrogateescape")
 
 
 def _check_hostcall(step: Step) -> None:
@@ -365,7 +294,7 @@ def _decode_start(fields: _Fields) -> Start:
                  env_names=tuple(fields.take_strings("env_names")),
                  stdin_sha256=fields.take("stdin_sha256", str),
                  stdin_length=fields.take("stdin_length", int),
-                 stdin=None if stdin is None else _b64(stdin),
+                 stdin=None if stdin is None else b64_field(stdin),
                  limits=fields.take("limits", dict), flags=fields.take("flags", dict),
                  format_version=version)
 
@@ -373,7 +302,7 @@ def _decode_start(fields: _Fields) -> Start:
 def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
     kind = KINDS.get(name)
     if kind is None:
-        raise JournalCorrupt(f"unknown kind {_shown(name)}")
+        raise JournalCorrupt(f"unknown kind {shown(name)}")
     digest = fields.take("request_sha256", str, optional=True)
     request = None if digest is not None else fields.take_any("request")
     key = _ANSWER_KEY[kind.answer]
@@ -381,13 +310,6 @@ def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
     step = Step(seq, name, request, digest, answer)
     _check_hostcall(step)
     return step
-
-
-def _b64(text: str, what: str = "a base64 field") -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise JournalCorrupt(f"{what} is not base64") from None
 
 
 class _Fields:
@@ -419,10 +341,4 @@ class _Fields:
 
     def done(self) -> None:
         if self._obj:
-            raise JournalCorrupt(f"unexpected field(s) {', '.join(map(_shown, self._obj))}")
-
-
-def _shown(value: object) -> str:
-    """What a journal file held, in an error message: its repr, escaped and
-    short (the file may be damaged or hand-made; errors reach terminals)."""
-    return one_line(repr(value), 80)
+            raise JournalCorrupt(f"unexpected field(s) {', '.join(map(shown, self._obj))}")

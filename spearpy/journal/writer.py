@@ -20,6 +20,7 @@ from typing import Any
 
 from spearpy.journal._flusher import FLUSHER
 from spearpy.journal.errors import JournalError, JournalFull
+from spearpy.journal.hostcall_answers import check_hostcall_answer, stored_writes
 from spearpy.journal.lines import (
     EncodedScrub,
     completion_line,
@@ -33,10 +34,8 @@ from spearpy.journal.records import (
     START,
     End,
     Start,
-    check_hostcall_answer,
     encode,
     make_step,
-    stored_writes,
 )
 from spearpy.journal.store import (
     DEFAULT_MAX_JOURNAL_BYTES,
