@@ -27,20 +27,18 @@ import logging
 import os
 import pickle
 import queue
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.procs_watch import ProcsWatch, Quiet, ends_by
 from spearpy.executors.resumes import resumed_event, resumed_job
+from spearpy.executors.spawn import died, reap, spawn_worker
 from spearpy.executors.unreadable import sort_out
 from spearpy.executors.watch import GRACE_S, SILENCE_S, run_timeout
 from spearpy.outcome import Outcome, RunResult, exit_code_for
@@ -309,7 +307,7 @@ class ProcessRuns:
             if replace and self._start_failures >= _MAX_START_FAILURES:
                 replace = False
                 self.failure = ExecutorError(
-                    f"worker processes exit before they are ready ({_died(code)}"
+                    f"worker processes exit before they are ready ({died(code)}"
                     f"{': ' + worker.fatal if worker.fatal else ''})")
             if runs or replace:
                 self.workers_lost += 1
@@ -320,7 +318,7 @@ class ProcessRuns:
             except OSError:
                 _log.exception("a worker process could not be replaced")
         why = (f"the worker process (pid {worker.process.pid}) running this run "
-               f"{_died(code)} before the run ended" if stopped is None else
+               f"{died(code)} before the run ended" if stopped is None else
                f"the worker process (pid {worker.process.pid}) running this run was "
                f"stopped before the run ended: {stopped}")
         for run in runs.values():
@@ -353,52 +351,3 @@ class ProcessRuns:
         if run.on_event is not None:
             run.on_event(resumed_event(why, run.resumes))
         self._place(run)
-
-
-def _died(code: int | None) -> str:
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
-
-
-def spawn_worker(module: str, spec_fd: int
-                 ) -> tuple[subprocess.Popen[bytes], Connection, Connection]:
-    """`python -m MODULE SPEC_FD TASK_FD RESULT_FD`: the process, the pipe to
-    send it tasks and the pipe it answers on."""
-    task_r, task_w = os.pipe()
-    result_r, result_w = os.pipe()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, str(spec_fd), str(task_r), str(result_w)],
-            pass_fds=(spec_fd, task_r, result_w), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=_worker_env())
-    except BaseException:
-        for fd in (task_r, task_w, result_r, result_w):
-            os.close(fd)
-        raise
-    # The child holds its own ends: closing ours lets each side see EOF
-    # when the other goes away.
-    os.close(task_r)
-    os.close(result_w)
-    return process, Connection(task_w, readable=False), Connection(result_r, writable=False)
-
-
-def reap(process: subprocess.Popen[bytes], grace: float) -> int | None:
-    """Wait for a worker to exit, killing it after `grace` seconds."""
-    try:
-        return process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
-
-
-def _worker_env() -> dict[str, str]:
-    """This environment, with spearpy importable even when the embedder put
-    it on sys.path by hand rather than installing it."""
-    import spearpy
-
-    root = str(Path(spearpy.__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env

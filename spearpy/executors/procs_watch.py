@@ -69,7 +69,7 @@ class ProcsWatch:
         self._lock, self._workers = lock, workers
         self.grace, self.silence = grace, silence
         self._start_timeout = start_timeout
-        self.tick = max(0.01, min(1.0, grace / 4, silence / 4))
+        self._tick = max(0.01, min(1.0, grace / 4, silence / 4))
         self._stop = threading.Event()
 
     def start(self) -> None:
@@ -79,19 +79,19 @@ class ProcsWatch:
         self._stop.set()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.tick):
+        while not self._stop.wait(self._tick):
             try:
-                self.look(time.monotonic())
+                self._look(time.monotonic())
             except Exception:  # the next look tries again: the watch must not die
                 _log.exception("watching the worker processes failed")
 
-    def look(self, now: float) -> None:
+    def _look(self, now: float) -> None:
         with self._lock:
             workers = [w for w in self._workers if not w.dead]
         for worker in workers:
             if not worker.ready.is_set():
                 if now - worker.born >= self._start_timeout:
-                    self.kill(worker, f"it did not start within {self._start_timeout:g} s")
+                    self._kill(worker, f"it did not start within {self._start_timeout:g} s")
                 continue
             if not self._overdue(worker, now):
                 self._silent(worker, now)
@@ -105,7 +105,7 @@ class ProcsWatch:
         if not runs:
             return False
         timeout = runs[0].timeout or 0.0
-        self.kill(worker, f"a run on it exceeded its {timeout:g} s deadline and did not end "
+        self._kill(worker, f"a run on it exceeded its {timeout:g} s deadline and did not end "
                           f"within {self.grace:g} s more")
         on = f"its worker process (pid {worker.process.pid})"
         for run in runs:
@@ -129,9 +129,9 @@ class ProcsWatch:
                 quiet.pinged = now
                 worker.outbox.put(("ping",))
         elif now - quiet.pinged >= self.silence:
-            self.kill(worker, unanswered_why(self.silence, "it", "it"))
+            self._kill(worker, unanswered_why(self.silence, "it", "it"))
 
-    def kill(self, worker: _Worker, why: str) -> None:
+    def _kill(self, worker: _Worker, why: str) -> None:
         """Kill a worker taken for hung; its reader then ends its runs as in
         a death (ProcessRuns._bury), saying `why`."""
         with self._lock:
