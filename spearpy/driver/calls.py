@@ -217,7 +217,7 @@ def _observed_complete(run: RunContext, fd: int, backend: Backend,
 def _tool_events(run: RunContext, fd: int,
                  iterations: Callable[[], int]) -> tuple[Started, Ended]:
     """TOOL_START and TOOL_END of a call that runs; `parallel`: how many
-    calls of its batch may run at once (parallel._overlap; 1, nothing
+    calls of its batch may run at once (driver/overlap.py; 1, nothing
     overlapping, has no such field)."""
     events = run.events
 

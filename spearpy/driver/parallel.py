@@ -6,7 +6,7 @@ guest's calls stay on the guest's thread (the one running the send), in the
 model's order, while the others run. A batch of guest calls alone runs one
 by one, as ever (no `parallel` field on its events: nothing overlapped);
 the events of a batch's calls say how many of them may run at once
-(_overlap), not how many it has.
+(overlap.py), not how many it has.
 Only that thread emits events and touches the journal: a worker runs the
 source's call and nothing else, then wakes the run's waker.
 
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Final
 
 from spearpy import abi
 from spearpy.chat.protocol import CallTool, CallTools, ToolOutcome
+from spearpy.driver.overlap import is_guest, overlap
 from spearpy.driver.upstream import _Workers
 from spearpy.errors import HostInterrupt
 from spearpy.outcome import Outcome
@@ -105,7 +106,7 @@ class BatchCalls:
             ) -> tuple[list[ToolOutcome | None], Reason | None]:
         """Each call's outcome, in the batch's order, and what ended the run
         if something did (then a call it cut short has None)."""
-        if all(_is_guest(action) for action in batch.calls):
+        if all(is_guest(action) for action in batch.calls):
             return self._one_by_one(batch)  # nothing to run beside them
         journal = self._run.journal
         if journal is not None and not journal.live_batch():
@@ -137,7 +138,7 @@ class _Batch:
         self._stops = run.interrupts
         self._held = 0  # what the outcomes taken so far keep (_hold)
         self._journal = run.journal
-        self._together = _overlap(batch.calls, limit, self._journal is not None)
+        self._together = overlap(batch.calls, limit, self._journal is not None)
         self.outcomes: list[ToolOutcome | None] = [None] * self._size
         self._results: list[ToolOutcome | None] = [None] * self._size
         self._finished: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -163,10 +164,10 @@ class _Batch:
         if not journaled:
             # Every non-guest call starts (up to the limit) before the
             # guest's first one, which then runs beside them.
-            self._waiting.extend(i for i, a in enumerate(self._actions) if not _is_guest(a))
+            self._waiting.extend(i for i, a in enumerate(self._actions) if not is_guest(a))
             self._fill()
         for index, action in enumerate(self._actions):
-            if not _is_guest(action):
+            if not is_guest(action):
                 if journaled:
                     self._waiting.append(index)
                     self._fill()
@@ -354,7 +355,7 @@ class _Batch:
         assert journal is not None
         for index in range(self._recorded, upto):
             action = self._actions[index]
-            if _is_guest(action):
+            if is_guest(action):
                 continue
             source = action.tool.source
             outcome = self.outcomes[index]
@@ -382,27 +383,6 @@ def _hold(run: RunContext, held: int, outcome: ToolOutcome, max_output: int) -> 
         with contextlib.suppress(HostInterrupt):  # noted: the batch's next check ends it
             run.reserve_bytes(held, "the tool outputs of one reply")
     return held
-
-
-def _overlap(actions: list[CallTool], limit: int, journaled: bool) -> int:
-    """How many of a batch's calls may run at once: up to `limit` non-guest
-    calls on workers and, unjournaled, one guest call beside them on the
-    guest's thread. Journaled, a guest call waits for every call before it
-    and the calls after it wait for it, so it runs alone: the most is the
-    longest stretch of non-guest calls between guest calls, up to `limit`."""
-    if not journaled:
-        others = sum(not _is_guest(action) for action in actions)
-        return min(others, limit) + (others < len(actions))
-    longest = stretch = 0
-    for action in actions:
-        stretch = 0 if _is_guest(action) else stretch + 1
-        longest = max(longest, stretch)
-    return min(longest, limit)
-
-
-def _is_guest(action: CallTool) -> bool:
-    source = action.tool.source
-    return source is not None and source.kind == "guest"
 
 
 def _given(outcome: ToolOutcome) -> Callable[[], ToolOutcome]:
