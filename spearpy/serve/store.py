@@ -58,7 +58,7 @@ _BATCH = 512
 # lives (kept in memory meanwhile, within bounds: store_ends).
 RETRY_ENDS_S = 2.0
 
-_WHOLE = tuple(name for name in COLUMNS if name != "logs")  # get_run's
+_WHOLE = tuple(name for name in COLUMNS if name != "logs")  # get_run's; get_logs has logs
 MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
 # Called once the write is done: committed, or refused by the disk (then too,
 # so live clients are never left waiting on a write that will not come).
