@@ -337,7 +337,7 @@ class RunJournal:
             self._run.charge(size, "the run's journal")
 
     def _before_block(self) -> None:
-        """The guest is about to wait for the world (epoll, a sleep, a read):
+        """The guest is about to wait for the world (epoll, a sleep, poll_oneoff):
         what it was answered so far is written out while it waits, as a
         crash while it waits must not lose it (a failed write is reported
         by the next flush, before its next call of the world)."""
