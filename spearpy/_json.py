@@ -108,7 +108,7 @@ def _replace_lone_surrogates(value: Any) -> Any:
 
 
 def _structure_problem(raw: str | bytes, max_containers: int | None,
-                       max_depth: int = MAX_JSON_DEPTH) -> str | None:
+                       max_depth: int) -> str | None:
     """Why the document must not be parsed: nested too deep, or too many
     arrays and objects. None for the common document."""
     if isinstance(raw, str):

@@ -28,6 +28,8 @@ def hostcall_answer(rc: int | None, writes: Iterable[tuple[int, bytes | bytearra
 
 
 def check_hostcall_answer(rc: int | None, t: float) -> None:
+    """JournalError unless `rc` and `t` are what a hostcall answer may hold
+    (the writer checks them before it builds the line itself)."""
     if rc is not None and type(rc) is not int:
         raise JournalError(f"a hostcall's rc is an int or None, not {type(rc).__name__}")
     if type(t) not in (int, float) or not math.isfinite(t):
