@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench.wat_agent import agent_wasm
-from spearpy import CompletionRequest, CompletionResult, Host
+from spearpy import CompletionRequest, CompletionResult, Host, RunResult
 from spearpy.durable import JournalSpec
 from spearpy.journal import (
     End,
@@ -70,6 +70,14 @@ class _Watcher:
         pass
 
 
+def _run_watched(journal: Path, events: list[str]) -> tuple[_Watcher, RunResult]:
+    """The agent's run of SENDS sends, journaled to journal, on a _Watcher."""
+    model = _Watcher(journal, events)
+    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
+        host.use_backend(model)
+        return model, host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+
+
 def test_every_record_is_written_and_synced_before_the_next_paid_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
@@ -84,10 +92,7 @@ def test_every_record_is_written_and_synced_before_the_next_paid_call(
 
     monkeypatch.setattr(background.os, "fdatasync", slow_sync)
     journal = tmp_path / "run.jsonl"
-    model = _Watcher(journal, events)
-    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
-        host.use_backend(model)
-        result = host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+    model, result = _run_watched(journal, events)
     assert (result.outcome, result.exit_code) == ("exited", 0), result.message
     assert model.seen == list(range(SENDS))  # each earlier completion, in the file
     # A send's sync began when it ended, and ended before the next request.
@@ -299,10 +304,7 @@ def test_a_journal_not_written_before_a_paid_call_ends_the_run(
     (nor, the error said once, the next send's), the run ends host_error."""
     _failing_sync(monkeypatch, lambda: True)
     journal = tmp_path / "run.jsonl"
-    model = _Watcher(journal, [])
-    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
-        host.use_backend(model)
-        result = host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+    model, result = _run_watched(journal, [])
     assert result.outcome == "host_error", (result.outcome, result.message)
     assert "cannot sync journal" in result.message
     assert model.seen == []
@@ -317,9 +319,6 @@ def test_the_last_sends_sync_failing_at_the_end_is_no_exception_of_the_run(
     events: list[str] = []
     _failing_sync(monkeypatch, lambda: events.count("complete") == SENDS)
     journal = tmp_path / "run.jsonl"
-    model = _Watcher(journal, events)
-    with Host(cache_dir=None, model="w", base_url="http://127.0.0.1:9/v1") as host:
-        host.use_backend(model)
-        result = host.run(agent_wasm(SENDS), journal=JournalSpec(journal))
+    model, result = _run_watched(journal, events)
     assert (result.outcome, result.exit_code) == ("exited", 0), result.message
     assert _kinds(journal)[-1] == "end" and model.seen == list(range(SENDS))
