@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -11,7 +10,7 @@ import click
 from spearpy.cli.journal_options import SYNC_POLICIES, journal_spec
 from spearpy.cli.observe_options import observe_options, pop_observe_options
 from spearpy.cli.options import config_from_options, host_options, require_api_key
-from spearpy.cli.run import observed_run
+from spearpy.cli.run import exit_as, observed_run
 from spearpy.errors import SpearpyError
 
 if TYPE_CHECKING:
@@ -114,7 +113,6 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
                stdin_file: Any, observe: dict[str, Any]) -> None:
     from spearpy.durable import run_arguments
     from spearpy.host import Host
-    from spearpy.outcome import exit_code_for
 
     try:
         arguments = run_arguments(start, module=module_path,
@@ -132,12 +130,4 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
     finally:
         mismatch = host.replay_mismatch()
         host.close()
-    if result.outcome != "exited":
-        click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
-    if mismatch is not None:
-        # As `spearpy run`: a run against a cassette (--cassette-mode replay)
-        # whose request missed it failed as a replay, whatever its guest made
-        # of the error body it was given.
-        click.echo(f"spearpy: replay_mismatch: {mismatch}", err=True)
-        sys.exit(exit_code_for("replay_mismatch"))
-    sys.exit(result.exit_code)
+    exit_as(result, mismatch)  # as `spearpy run`, --cassette-mode replay too

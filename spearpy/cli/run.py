@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 
@@ -24,6 +24,7 @@ from spearpy.secret_env import SecretEnvError, passed_through
 if TYPE_CHECKING:
     from spearpy.context import GuestLogSink
     from spearpy.host import Host
+    from spearpy.outcome import RunResult
     from spearpy.streams.stdio import StdioBridge
 
 
@@ -140,6 +141,12 @@ def run(module: str, guest_args: tuple[str, ...], env_pairs: tuple[str, ...], en
     finally:
         mismatch = host.replay_mismatch()
         host.close()
+    exit_as(result, mismatch)
+
+
+def exit_as(result: RunResult, mismatch: str | None) -> NoReturn:
+    """Say how the run ended (on stderr) and exit with its code: a run against
+    a cassette whose request missed it (`mismatch`) exits as replay_mismatch."""
     if result.outcome != "exited":
         click.echo(f"spearpy: {result.outcome}: {result.message}", err=True)
     if mismatch is not None:
