@@ -67,8 +67,8 @@ class Watch:
 def _submit(executor: Executor, key: str, wasm: bytes, *, stream: bool = True,
             cancel: threading.Event | None = None,
             local: tuple[Host | None, LoadedModule | None] = (None, None),
-            **fields: Any) -> Watch:
-    watch = Watch()
+            watch: Watch | None = None, **fields: Any) -> Watch:
+    watch = watch or Watch()
     job = RunJob(key, f"{key}.wasm", hashlib.sha256(wasm).hexdigest(), **fields)
     executor.submit(job, wasm, local[0], local[1], cancel or threading.Event(),
                     watch.on_event if stream else None, watch.on_end)

@@ -7,13 +7,10 @@ exactly as it would any other."""
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import os
 import pickle
 import struct
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +18,10 @@ from typing import Any
 import pytest
 
 from spearpy import HostConfig
-from spearpy.executors.base import RunJob
 from spearpy.executors.procs import ProcessRuns
 from spearpy.observe.events import Event
 from spearpy.outcome import RunResult
-
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "wasm-samples"
-HELLO = (SAMPLES / "c_hello.wasm").read_bytes()
-LOOP = (SAMPLES / "c_infinite_loop.wasm").read_bytes()
-WAIT_S = 120.0  # only a guard against a hung test; no assertion is about time
+from tests.test_executors import HELLO, LOOP, WAIT_S, Watch, _submit, _wait_until
 
 # Imported by each worker process at startup, never by the parent: a run
 # keyed odd-end-* ends with an object of a class the parent does not have in
@@ -72,44 +63,12 @@ base.run_on = run_on
 '''
 
 
-class Watch:
-    """One run's callbacks: its events as they come, and every on_end call."""
-
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-        self.ends: list[tuple[RunResult | None, BaseException | None]] = []
-        self.started = threading.Event()
-        self.ended = threading.Event()
-
-    def on_event(self, event: Any) -> None:
-        self.kinds.append(event.kind)
-        if event.kind == "run_start":
-            self.started.set()
-
-    def on_end(self, result: RunResult | None, error: BaseException | None) -> None:
-        self.ends.append((result, error))
-        self.ended.set()
-
-    def result(self) -> RunResult:
-        assert self.ended.wait(WAIT_S), "the run never ended"
-        [(result, error)] = self.ends  # exactly one end
-        assert result is not None, error
-        return result
-
-
 class FailingWatch(Watch):
     """A caller whose on_end fails (its side broke), after noting the end."""
 
     def on_end(self, result: RunResult | None, error: BaseException | None) -> None:
         super().on_end(result, error)
         raise RuntimeError("the caller's on_end failed")
-
-
-def _submit(procs: ProcessRuns, key: str, wasm: bytes, watch: Watch | None = None) -> Watch:
-    watch = watch or Watch()
-    job = RunJob(key, f"{key}.wasm", hashlib.sha256(wasm).hexdigest())
-    procs.submit(job, wasm, None, None, threading.Event(), watch.on_event, watch.on_end)
-    return watch
 
 
 class _Divides:
@@ -128,10 +87,7 @@ def _write_frame(pid: int, body: bytes) -> None:
 
 
 def _replaced(procs: ProcessRuns, pid: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while procs.worker_pids() in ([], [pid]):
-        assert time.monotonic() < deadline, "the worker was not replaced"
-        time.sleep(0.05)
+    _wait_until(lambda: procs.worker_pids() not in ([], [pid]), "the worker's replacement")
 
 
 @pytest.fixture
@@ -209,7 +165,7 @@ def test_a_failing_on_end_of_an_unreadable_run_leaves_the_worker_reading(
     worker and its reader go on (they were lost, after a 10 s wait and a
     SIGKILL, and the next run with them)."""
     [pid] = procs.worker_pids()
-    odd = _submit(procs, "odd-end-2", HELLO, FailingWatch()).result()
+    odd = _submit(procs, "odd-end-2", HELLO, watch=FailingWatch()).result()
     assert odd.outcome == "host_error", odd
     plain = _submit(procs, "plain", HELLO).result()
     assert (plain.outcome, plain.exit_code) == ("exited", 0), plain
