@@ -228,9 +228,6 @@ def _check_hostcall(step: Step) -> None:
 
 # ---- encoding ---------------------------------------------------------------------
 
-
-
-
 def encode(record: Record) -> bytes:
     """The record as one line of ASCII JSON, without the newline."""
     obj: dict[str, Any] = {"seq": record.seq, "kind": record.kind}

@@ -129,14 +129,10 @@ class JournalStore(ABC):
         `where` naming it for an error ("line 7", "step 6"); read a page at
         a time. JournalError when there is no such journal."""
 
+    @abstractmethod
     def last_record(self, journal_id: str) -> Record | None:
         """The journal's last record (None when it has none), read alone:
         the records before it are neither read nor checked."""
-        check_id(journal_id)
-        last = None
-        for _where, line in self._lines(journal_id):
-            last = line
-        return None if last is None else self._decoded(journal_id, "its last record", last)
 
     def records(self, journal_id: str, after: int = -1) -> Generator[Record, None, None]:
         """The journal's records in order, checked: each decodes, seqs follow
