@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import threading
 
+from spearpy.journal.errors import JournalError
+
 
 class BackgroundSync:
     """fdatasync(fd) on a daemon thread of its own, as often as asked; each
@@ -42,8 +44,6 @@ class BackgroundSync:
             # `_asked` is only changed by the waiting thread, and a stale
             # `_done` only sends this to the locked path.
             return
-        from spearpy.journal.errors import JournalError
-
         with self._cond:
             while self._done < self._asked and self._thread.is_alive():
                 self._cond.wait()
