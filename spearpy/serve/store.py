@@ -58,7 +58,8 @@ _BATCH = 512
 # lives (kept in memory meanwhile, within bounds: store_ends).
 RETRY_ENDS_S = 2.0
 
-_WHOLE = tuple(name for name in COLUMNS if name != "logs")  # get_run's; get_logs has logs
+# get_run's: the whole result, not its summary; get_logs reads the logs.
+_WHOLE = tuple(name for name in COLUMNS if name not in ("summary", "logs"))
 MAX_SEQ = 1 << 62  # above any event's seq, within SQLite's 64-bit integers
 # Called once the write is done: committed, or refused by the disk (then too,
 # so live clients are never left waiting on a write that will not come).
@@ -287,10 +288,8 @@ class RunStore:
         64 MiB each of stdout and stderr): its `result` is the summary a
         listing shows. Its log lines are left out either way (`get_logs`)."""
         record = self._get(run_id, _WHOLE if output else LISTED)
-        if record is not None:
-            summary = record.pop("summary")
-            if not output:
-                record["result"] = summary
+        if record is not None and not output:
+            record["result"] = record.pop("summary")
         return record
 
     def get_logs(self, run_id: str) -> dict[str, Any] | None:
