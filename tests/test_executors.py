@@ -75,6 +75,17 @@ def _submit(executor: Executor, key: str, wasm: bytes, *, stream: bool = True,
     return watch
 
 
+def run_scenario(script: str, *args: str, timeout: float = 600) -> dict[str, Any]:
+    """What `script`, run in a Python process of its own with `args`, printed
+    last (as JSON). A Ray scenario runs so: a Ray driver keeps its first
+    cluster's credentials for the life of the process."""
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
 def _wait_until(check: Any, what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not check():
@@ -233,10 +244,7 @@ print(json.dumps(seen))
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the [ray] extra")
 def test_a_killed_ray_actor_loses_its_run_and_the_executor_goes_on(
         cluster: str, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _RAY_SCENARIO, cluster, str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario(_RAY_SCENARIO, cluster, str(tmp_path))
     assert seen["streamed"] is True
     outcome, message = seen["lost"]
     assert outcome == "worker_lost" and "Ray actor" in message

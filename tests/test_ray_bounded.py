@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import test_batch_ray as _batch_ray_tests
+from tests.test_executors import run_scenario
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="needs the [ray] extra")
 cluster = _batch_ray_tests.cluster  # a local two-CPU Ray cluster in a process of its own
-ROOT = Path(__file__).resolve().parents[1]
 
 # In a process of its own: a Ray driver keeps its first cluster's
 # credentials for the life of the process (test_executors.py does the same).
@@ -67,10 +65,7 @@ print(json.dumps(seen))
 
 def test_an_actor_that_does_not_answer_is_left_out_of_worker_pids(
         cluster: str, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _SCENARIO, cluster, str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario(_SCENARIO, cluster, str(tmp_path))
     stopped, other = seen["before"]
     assert seen["answered"] is True, "worker_pids hung on the stopped actor"
     assert seen["while_stopped"] == [other]
@@ -125,12 +120,8 @@ print(json.dumps(seen))
 
 def _stopped(cluster: str, tmp_path: Path, limits: dict[str, float], grace: float,
              silence: float) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", _STOPPED_SCENARIO, cluster, str(tmp_path),
-                           json.dumps(limits), str(grace), str(silence)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return seen
+    return run_scenario(_STOPPED_SCENARIO, cluster, str(tmp_path), json.dumps(limits),
+                        str(grace), str(silence))
 
 
 def test_a_run_past_its_deadline_on_a_stopped_actor_ends_timeout(

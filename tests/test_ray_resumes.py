@@ -15,20 +15,17 @@ Skipped without the [ray] extra.
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import test_batch_ray as _batch_ray_tests
 from tests.test_durable_cli import MULTI_TOOL_MESSAGES
+from tests.test_executors import run_scenario
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="needs the [ray] extra")
 cluster = _batch_ray_tests.cluster  # a local two-CPU Ray cluster in a process of its own
-ROOT = Path(__file__).resolve().parents[1]
 
 # In a process of its own: a Ray driver keeps its first cluster's
 # credentials for the life of the process (test_executors.py does the same).
@@ -109,10 +106,7 @@ print(json.dumps(seen))
 
 def test_a_run_whose_ray_actor_dies_resumes_on_another_in_the_service(
         cluster: str, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _SERVE_SCENARIO, cluster, str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario(_SERVE_SCENARIO, cluster, str(tmp_path), timeout=900)
     resumed = seen["resumed"]
     assert resumed["outcome"] == "exited", resumed["message"]
     assert "answer: (2 + 3) * 4 = 20" in resumed["stdout"]
@@ -172,10 +166,7 @@ print(json.dumps({
 
 def test_a_batch_input_whose_ray_actor_dies_resumes_from_its_journal(
         cluster: str, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _BATCH_SCENARIO, cluster, str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario(_BATCH_SCENARIO, cluster, str(tmp_path), timeout=900)
     assert seen["complete"] and seen["outcomes"] == ["exited"] and seen["count"] == 8, seen
     assert seen["lost"] >= 1, seen
     # Resumed by the executor on another actor, not retried by the batch's dispatch.
