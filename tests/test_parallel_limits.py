@@ -26,6 +26,7 @@ from spearpy.observe.events import Event
 from spearpy.testing import ScriptedServer
 from spearpy.tools.python import PythonTools
 from tests.probe import Probe, tool_schema, wat_module
+from tests.test_parallel_tools import _strays_at_most, tool_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_GUARD_S = 30.0  # only a hung send waits that long
@@ -61,28 +62,11 @@ def _tools(blocked: Blocked) -> PythonTools:
     return tools
 
 
-def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "arguments": args, "id": f"c{k}"}
-                           for k, (name, args) in enumerate(calls)]}
-
-
 @pytest.fixture
 def blocked() -> Iterator[Blocked]:
     gate = Blocked()
     yield gate
     gate.release.set()
-
-
-def _strays_back_to(base: int) -> None:
-    """Wait (bounded) until the calls this test abandoned returned, so the
-    process-wide count of abandoned calls is as other tests expect it."""
-    from spearpy.driver import parallel
-
-    pause = threading.Event()
-    for _ in range(1000):
-        if parallel._STRAYS.count <= base:
-            return
-        pause.wait(0.01)
 
 
 def test_a_batch_inside_a_tool_ends_its_stuck_python_call_at_the_tool_deadline(
@@ -97,9 +81,9 @@ def test_a_batch_inside_a_tool_ends_its_stuck_python_call_at_the_tool_deadline(
     base = parallel._STRAYS.count
     script = {"rules": [
         {"when": {"last_user_contains": "inner", "no_tool_message": True},
-         "reply": _calls(("block", {"i": 0}), ("count", {"i": 1}))},
+         "reply": tool_calls(("block", {"i": 0}), ("count", {"i": 1}))},
         {"when": {"last_user_contains": "outer", "no_tool_message": True},
-         "reply": _calls(("reenter", {}))},
+         "reply": tool_calls(("reenter", {}))},
     ], "default": {"content": "done"}}
     events: list[Event] = []
     outcome: dict[str, Any] = {}
@@ -133,7 +117,7 @@ def test_a_batch_inside_a_tool_ends_its_stuck_python_call_at_the_tool_deadline(
         sender.join(HANG_GUARD_S)
         probe.close()
         requests = list(server.requests)
-    _strays_back_to(base)
+    _strays_at_most(base)  # the released call returned: the count is as other tests expect it
     assert not hung, "the batch waited past the tool deadline for its stuck Python call"
     assert "error" not in outcome, outcome.get("error")
     assert outcome["body"]["choices"][0]["message"]["content"] == "done", outcome["body"]
@@ -205,7 +189,7 @@ def test_a_call_whose_worker_thread_cannot_start_is_answered_and_the_run_goes_on
     cancelled waits for each completion on a worker thread too: with none
     to be had, the completion runs on the run's own thread."""
     script = {"rules": [{"when": {"no_tool_message": True},
-                         "reply": _calls(("count", {"i": 0}), ("count", {"i": 1}))}],
+                         "reply": tool_calls(("count", {"i": 0}), ("count", {"i": 1}))}],
               "default": {"content": "done"}}
     with ScriptedServer(script) as server:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(

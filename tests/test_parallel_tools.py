@@ -162,12 +162,15 @@ def gate() -> Iterator[Gate]:
     fresh.release.set()
 
 
+def tool_calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """A scripted reply asking for these calls, ids c0, c1, ..."""
+    return {"tool_calls": [{"name": n, "arguments": a, "id": f"c{k}"}
+                           for k, (n, a) in enumerate(calls)]}
+
+
 def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"rules": [
-        {"when": {"tool_messages": 0},
-         "reply": {"tool_calls": [{"name": n, "arguments": a, "id": f"c{k}"}
-                                  for k, (n, a) in enumerate(calls)]}},
-    ], "default": {"content": "done"}}
+    return {"rules": [{"when": {"tool_messages": 0}, "reply": tool_calls(*calls)}],
+            "default": {"content": "done"}}
 
 
 def send(host: Host, script: dict[str, Any], *, params: dict[str, Any] | None = None,
