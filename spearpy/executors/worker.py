@@ -184,7 +184,8 @@ class _Combined:
             message = batch[0]
             if message[0] == "end" and message[3] is None:
                 self._write([("end", message[1], None,
-                              f"its result could not be sent: {type(exc).__name__}: {exc}")])
+                              f"its result could not be sent: {type(exc).__name__}: "
+                              f"{str(exc)[:500]}")])  # an error about the run's own objects
 
 
 def read_spec(fd: int) -> bytes:
