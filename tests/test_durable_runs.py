@@ -434,6 +434,8 @@ def test_an_rtasr_run_cut_mid_stream_reconnects_and_goes_on(rtasr_world: RtasrWo
     after = path.read_text().splitlines()
     assert after[:cut] == lines[:cut] and _kinds(after)[-1] == "end"
     assert len(rtasr_world.asr.sessions) == 2  # one new connection, made at go-live
+    # The server reads a connection's last messages after the run may have ended.
+    assert rtasr_world.asr.wait_ended(60.0)
     again = rtasr_world.asr.sessions[1]
     assert again.updates == first.updates  # its params and segmentation, rebuilt
     # Every 20 ms frame of the 1 s file reached the guest once: the journaled
