@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from spearpy.journal import End, JournalError, JournalStore, SQLiteJournalStore, Start
 from spearpy.journal.view import summary
-from spearpy.serve.problems import Problem
+from spearpy.serve.problems import Problem, run_row
 from spearpy.serve.runs import JOURNALS
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ class JournalPages:
 async def run_journal(request: Request) -> Response:
     service: Service = request.app.state.service
     run_id = request.path_params["run_id"]
-    row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
-    if row is None:
-        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    row = await run_row(service.store, run_id, output=False)
     query = request.query_params
     try:
         after = int(query.get("after", "-1"))

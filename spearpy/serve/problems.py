@@ -7,10 +7,11 @@ an HTML page or a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -20,6 +21,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spearpy.errors import SpearpyError
 from spearpy.observe.redact import Redactor
 from spearpy.web.problems import problem_response
+
+if TYPE_CHECKING:
+    from spearpy.serve.store import RunStore
 
 _log = logging.getLogger("spearpy.serve")
 
@@ -36,6 +40,20 @@ class Problem(SpearpyError):
         self.slug = slug
         self.headers = headers or {}
         self.extra = extra
+
+
+def unknown_run(run_id: str) -> Problem:
+    return Problem(404, f"no run {run_id!r}", slug="unknown-run")
+
+
+async def run_row(store: RunStore, run_id: str, *, output: bool = True) -> dict[str, Any]:
+    """The run's record, read off the event loop, or the 404; `output`
+    False: without its output (up to 64 MiB each of stdout and stderr), for
+    a route that shows none."""
+    row = await asyncio.to_thread(store.get_run, run_id, output=output)
+    if row is None:
+        raise unknown_run(run_id)
+    return row
 
 
 def exception_handlers(redactor: Redactor) -> dict[Any, Any]:

@@ -7,7 +7,7 @@ import asyncio
 import math
 import os
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from spearpy.serve.fanout import follow, sse_message
 from spearpy.serve.journal_route import journal_routes
 from spearpy.serve.openapi import OPENAPI
-from spearpy.serve.problems import Problem
+from spearpy.serve.problems import Problem, run_row, unknown_run
 from spearpy.serve.schema import (
     RESULT_FIELDS,
     RunRequest,
@@ -42,15 +42,6 @@ STATIC = os.path.join(os.path.dirname(__file__), "static")
 def _service(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
-
-
-async def _run_row(service: Service, run_id: str, *, output: bool = True) -> dict[str, Any]:
-    """The run's record; `output` False: without its output (up to 64 MiB
-    each of stdout and stderr), for a route that shows none."""
-    row = await asyncio.to_thread(service.store.get_run, run_id, output=output)
-    if row is None:
-        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
-    return row
 
 
 async def create_run(request: Request) -> Response:
@@ -87,7 +78,7 @@ async def list_runs(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
-    row = await _run_row(service, run_id)
+    row = await run_row(service.store, run_id)
     live = service.runs.live.get(run_id)
     return service.json(run_view(row, full=True,
                                  cancel_requested=live is not None and live.cancel.is_set()),
@@ -102,7 +93,7 @@ async def run_logs(request: Request) -> Response:
     # Its log lines alone, not its result (up to 64 MiB each of stdout and stderr).
     row = await asyncio.to_thread(service.store.get_logs, run_id)
     if row is None:
-        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+        raise unknown_run(run_id)
     logs = row.get("logs") or {}
     return service.json({"id": run_id, "status": row["status"],
                          "logs": logs.get("logs") or [],
@@ -112,10 +103,10 @@ async def run_logs(request: Request) -> Response:
 async def cancel_run(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
-    row = await _run_row(service, run_id, output=False)  # the view shows no output
+    row = await run_row(service.store, run_id, output=False)  # the view shows no output
     if not service.runs.cancel(run_id, "request"):
         # It may have ended since the first read.
-        row = await _run_row(service, run_id, output=False)
+        row = await run_row(service.store, run_id, output=False)
         raise Problem(409, f"run {run_id} already ended ({row['outcome']})",
                       slug="run-ended", outcome=row["outcome"])
     return service.json(run_view(row, full=False, cancel_requested=True), 202)
@@ -124,7 +115,7 @@ async def cancel_run(request: Request) -> Response:
 async def run_events(request: Request) -> Response:
     service = _service(request)
     run_id = request.path_params["run_id"]
-    await _run_row(service, run_id, output=False)  # it exists
+    await run_row(service.store, run_id, output=False)  # it exists
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     try:
         cursor = int(last) if last not in (None, "") else -1

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from spearpy.serve.problems import Problem
+from spearpy.serve.problems import Problem, run_row
 from spearpy.serve.runs import LiveRun, RunManager
 from spearpy.serve.streams_auth import StreamTokens, Verdict
 from spearpy.serve.streams_ws import SUBPROTOCOL, serve_session
@@ -112,9 +112,7 @@ async def create_session(request: Request) -> Response:
     if run_id not in streams.hubs:
         # Whether the run exists: its record without its result (up to 64 MiB
         # each of stdout and stderr).
-        row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
-        if row is None:
-            raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+        await run_row(service.store, run_id, output=False)
     if run_id not in streams.hubs:  # again: a resumed run may have started during the read
         if run_id in streams.resuming:
             raise Problem(503, f"run {run_id} is resuming after a restart: its streams open "

@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from spearpy.durable import JournalSpec
 from spearpy.journal import JournalError
-from spearpy.serve.problems import Problem
+from spearpy.serve.problems import Problem, run_row
 from spearpy.serve.runs import JOURNAL_SYNC
 from spearpy.serve.schema import (
     ForkRequest,
@@ -102,9 +102,7 @@ async def _journaled(service: Service, run_id: str
                      ) -> tuple[dict[str, Any], ResumeInputs, int]:
     """The run's record (its request, with module and sha256), its inputs and
     the last step of its journal that answers something (not the end)."""
-    row = await asyncio.to_thread(service.store.get_run, run_id, output=False)
-    if row is None:
-        raise Problem(404, f"no run {run_id!r}", slug="unknown-run")
+    row = await run_row(service.store, run_id, output=False)
     if not (row.get("request") or {}).get("journal"):
         raise Problem(409, f"run {run_id} has no journal to replay", slug="no-journal")
     try:
