@@ -29,6 +29,7 @@ from spearpy.serve import BackgroundServer, ServeConfig, create_app
 from spearpy.serve.fanout import Channel, follow
 from spearpy.serve.store import PAGE_EVENT_BYTES, PAGE_EVENTS, EventRow, RunStore
 from tests.test_serve_api import ROOT, sse_events
+from tests.test_serve_store import append_committed
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc/PID/status, RLIMIT_DATA")
 
@@ -56,7 +57,7 @@ def _finished_run(store: RunStore, run_id: str, created_at: float, events: int,
     for first in range(0, events - 1, 5000):
         rows = [(seq, "tool_end", _record(seq, "tool_end"))
                 for seq in range(first, min(first + 5000, events - 1))]
-        store.append_events(run_id, rows).result(30)
+        append_committed(store, run_id, rows)
     end = (events - 1, "run_end", _record(events - 1, "run_end"))
     store.finish_run(run_id, {"status": "finished", "ended_at": created_at + 1,
                               "outcome": "exited", "exit_code": 0,
@@ -234,7 +235,7 @@ def test_the_store_hands_out_events_a_bounded_page_at_a_time(tmp_path: Path) -> 
     wide = "w" * (PAGE_EVENT_BYTES // 2)
     store.insert_run({"id": "wide", "created_at": 2.0, "status": "running",
                       "module": "m.wasm", "request": {}}).result(30)
-    store.append_events("wide", [(seq, "tool_end", wide) for seq in range(6)]).result(30)
+    append_committed(store, "wide", [(seq, "tool_end", wide) for seq in range(6)])
     try:
         page = store.events(RUN)
         assert [row[0] for row in page] == list(range(PAGE_EVENTS))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,25 @@ Row = tuple[int, str, str]
 
 def rows(first: int, last: int) -> list[Row]:
     return [(seq, "tool_end", json.dumps({"seq": seq})) for seq in range(first, last + 1)]
+
+
+def append_committed(store: RunStore, run_id: str, events: list[Row],
+                     after: Callable[[], None] = lambda: None) -> None:
+    """`events` stored the way the service stores them (RunStore.append_event,
+    one at a time, as runs.py does); back once the last one's commit has
+    called `after`."""
+    done = threading.Event()
+
+    def last() -> None:
+        try:
+            after()
+        finally:
+            done.set()
+
+    for row in events[:-1]:
+        store.append_event(run_id, row, lambda: None)
+    store.append_event(run_id, events[-1], last)
+    assert done.wait(30), "the store's writer never got to the last event"
 
 
 def test_a_slow_subscriber_past_the_buffer_reads_the_gap_from_the_store() -> None:
@@ -77,8 +98,8 @@ def test_store_commits_before_it_tells_and_recovers_runs_left_running(tmp_path: 
     seen_in_callback: list[int] = []
     store.insert_run({"id": "a", "created_at": 1.0, "status": "running", "module": "m.wasm",
                       "request": {"args": []}}).result(5)
-    store.append_events("a", rows(0, 2), after=lambda: seen_in_callback.extend(
-        r[0] for r in store.events("a"))).result(5)
+    append_committed(store, "a", rows(0, 2), after=lambda: seen_in_callback.extend(
+        r[0] for r in store.events("a")))
     assert seen_in_callback == [0, 1, 2]  # the callback already reads the committed rows
     store.insert_run({"id": "b", "created_at": 2.0, "status": "running", "module": "m.wasm",
                       "request": {}}).result(5)

@@ -154,14 +154,6 @@ class RunStore:
 
         return self._submit(apply)
 
-    def append_events(self, run_id: str, rows: list[EventRow],
-                      after: AfterCommit | None = None) -> Future[None]:
-        def apply(db: sqlite3.Connection) -> None:
-            db.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?)",
-                           [(run_id, *row) for row in rows])
-
-        return self._submit(apply, after)
-
     def append_event(self, run_id: str, row: EventRow, after: AfterCommit) -> None:
         """One event, when nobody waits for its commit but `after`: no
         Future (a lock and a condition) made and settled for each of a run's
