@@ -7,7 +7,8 @@ never does I/O itself, so every policy here is testable with plain data.
 Like h11, the legal state changes live in one explicit table (states.py), and anything
 that ends the send moves the machine into a terminal state in one step: the
 session is left with every tool call of its last assistant message answered
-(auto sends), the final Done/Failed action is fixed, and metrics are written.
+(auto sends), the final Done/Failed action is fixed, and metrics are written
+(the endings: chat/endings.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Literal, NoReturn, overload
+from typing import Final, Literal, overload
 
 from spearpy import abi
 from spearpy.chat.batch import CacheKey, admit_batch
@@ -25,12 +26,9 @@ from spearpy.chat.bodies import (
     LOOP_ERROR_CODES,
     TOOL_DENIED,
     UPSTREAM_BAD_RESPONSE,
-    done_body,
     error_body,
-    held_body,
-    metrics,
-    summary,
 )
+from spearpy.chat.endings import SendEndings
 from spearpy.chat.normalize import bad_response_reason, first_message
 from spearpy.chat.protocol import (
     Action,
@@ -50,7 +48,7 @@ from spearpy.chat.protocol import (
     ToolSkipped,
 )
 from spearpy.chat.registry import ALLOW, DENY
-from spearpy.chat.session import NOT_RUN, ChatSession, tool_error_content
+from spearpy.chat.session import ChatSession, tool_error_content
 from spearpy.chat.states import (
     LoopEvent,
     LoopProtocolError,
@@ -66,7 +64,7 @@ _CALLS_RECEIVED: Final = LoopEvent.CALLS_RECEIVED
 _CALLS_ANSWERED: Final = LoopEvent.CALLS_ANSWERED
 
 
-class ToolLoop:
+class ToolLoop(SendEndings):
     def __init__(self, session: ChatSession, limits: LoopLimits, *, auto: bool, backend: str,
                  model: str, metrics_enabled: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -350,73 +348,12 @@ class ToolLoop:
         self._awaiting = complete
         return complete
 
-    def _hold(self, call: ToolCall) -> None:
-        """End the send with `call` and the calls after it pending for the guest,
-        which answers them itself or approves them by sending AUTO again."""
-        pending = [queued.id for queued in self._queue]
-        self._queue.clear()
-        if self._reply is None:  # held at the start: only a new reply is ever held
-            self._misuse("a call was held without a reply to return")
-        body, message = self._reply
-        self._end(Done(held_body(body, message, self._summary(), call, pending)),
-                  LoopEvent.HELD)
-
-    def _skip(self, call: ToolCall, code: str, message: str) -> bool:
-        """Answer `call` with an error for the model; True when that ends the send."""
-        self._queue.popleft()
-        self.session.answer(call.id, tool_error_content(code, message))
-        self.notes.append(ToolSkipped(call=call, code=code, message=message))
-        if not self.limits.strict_tools:
-            return False
-        self._answer_rest_not_run(f"strict_tools: the send ended at an earlier call ({code})")
-        self._fail(code, message)
-        return True
-
     def _tool_content(self, outcome: ToolOutcome) -> str:
         key, self._in_flight_key = self._in_flight_key, None
         content, own = output_content(outcome, self.limits.max_tool_output_bytes)
         if own and key is not None and self.limits.cache_tool_results:
             self._cache[key] = content  # only successes: failures may be transient
         return content
-
-    # ---- endings -----------------------------------------------------------
-
-    def _stop_at_limit(self, hit: LimitHit, code: str, message: str) -> None:
-        self.notes.append(hit)
-        self._answer_rest_not_run(message)
-        self._fail(code, message)
-
-    def _answer_rest_not_run(self, message: str) -> None:
-        self._queue.clear()
-        for call in self.session.answer_pending(NOT_RUN, message):
-            self.notes.append(ToolSkipped(call=call, code=NOT_RUN, message=message))
-
-    def _finish(self, body: JSONDict) -> None:
-        spear = self._summary()
-        self._end(Done(done_body(body, self.session.messages[-1], spear)), LoopEvent.FINISHED)
-
-    def _fail(self, code: str, message: str, *, status: int | None = None,
-              details: JSONDict | None = None) -> None:
-        self._end(Failed(error_body(code, message, self._summary(), status, details)),
-                  LoopEvent.FAIL)
-
-    def _end(self, final: Done | Failed, event: LoopEvent) -> None:
-        self.state = next_state(self.state, event)
-        self._final = final
-        self.session.last_metrics = metrics(final.body["_spear"]) if self._metrics_enabled \
-            else {}
-
-    def _misuse(self, message: str) -> NoReturn:
-        if self._final is None:
-            self._awaiting = None
-            self._batch_keys = []
-            self._queue.clear()
-            self.session.answer_pending(INTERNAL_ERROR, "the host aborted the send")
-            self._fail(INTERNAL_ERROR, message)
-        raise LoopProtocolError(message)
-
-    def _summary(self) -> JSONDict:
-        return summary(self.backend, self.model, self.stats, self._clock() - self._started)
 
 
 __all__ = ["CACHE_HIT", "INTERNAL_ERROR", "LOOP_ERROR_CODES", "TOOL_DENIED",
