@@ -299,11 +299,14 @@ def durable_runs(directory: Path, repeats: int) -> list[Row]:
             if len(answers) != SENDS:
                 raise RuntimeError(f"the live run's transcripts hold {len(answers)} answers")
             counter = iter(range(1 << 30))
-            requests = {"live": 0, "replay": 0, "resume": 0, "resume_nosync": 0}
+            requests = {"live": 0, "unjournaled": 0, "replay": 0, "resume": 0,
+                        "resume_nosync": 0}
             runs = dict.fromkeys(requests, 0)
             resumed = directory / "resumed.jsonl"
 
-            def journal_for(op: str) -> JournalSpec:
+            def journal_for(op: str) -> JournalSpec | None:
+                if op == "unjournaled":
+                    return None
                 if op == "live":
                     return JournalSpec(directory / f"live-{next(counter)}.jsonl", sync=SYNC)
                 if op == "replay":
@@ -331,8 +334,10 @@ def durable_runs(directory: Path, repeats: int) -> list[Row]:
         finally:
             host.close()
     counted = (f"requests that reached the model (counted by the model server): live "
-               f"{requests['live']} in {runs['live']} runs, replay {requests['replay']} in "
-               f"{runs['replay']}, resume {requests['resume']} in {runs['resume']} (and "
+               f"{requests['live']} in {runs['live']} runs (unjournaled "
+               f"{requests['unjournaled']} in {runs['unjournaled']}), replay "
+               f"{requests['replay']} in {runs['replay']}, resume {requests['resume']} in "
+               f"{runs['resume']} (and "
                f"{requests['resume_nosync']} in {runs['resume_nosync']} without fdatasync)")
     extra = {"requests": requests, "runs": runs, "sends": SENDS,
              "journal_bytes": reference.stat().st_size}
@@ -355,6 +360,13 @@ def durable_runs(directory: Path, repeats: int) -> list[Row]:
                               f"<= {REPLAY_TARGET:g}, 0 requests to the model",
                               requests=requests["replay"]),
             note=counted, extra=extra),
+        Row("D.live.journal_vs_none", "D",
+            f"(info) a {SENDS}-send run live and journaled, --journal-sync send, "
+            f"{MODEL_LATENCY_MS} ms model",
+            "the same run live, no journal", "ms", timed["live"], timed["unjournaled"],
+            note="what journaling costs a run whose model is not free: one fdatasync per "
+                 "send, waited for before the next send's request (the guest does nothing "
+                 f"between sends); {_where(directory)}"),
     ]
 
 
