@@ -138,6 +138,18 @@ def test_zeros_a_power_cut_leaves_between_lines_end_the_records(tmp_path: Path) 
         writer.append("hostcall", RANDOM, _random(3))
     assert _answers(store) == [0, 1, 2, 3]
     assert path.read_bytes() == whole + _random_line(4, 3) + b"\n"
+    # What followed the zeros is kept beside the journal, not lost.
+    aside = tmp_path / f"run.jsonl.cut-{len(whole)}"
+    assert aside.read_bytes() == hole + later + b"\0" * 700
+    assert oct(aside.stat().st_mode & 0o777) == "0o600"
+    assert [j.id for j in store.list()] == ["run"]
+
+
+def test_a_killed_writers_zeros_alone_are_not_set_aside(tmp_path: Path) -> None:
+    _killed_writer(tmp_path, "running")
+    with JournalWriter.open(FileJournalStore(tmp_path), "run"):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
 
 
 def test_a_zero_byte_amid_a_lines_text_is_damage_not_an_end(tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ class FileJournalStore(JournalStore):
     def _repaired_writer(self, journal_id: str, path: Path, fd: int,
                          sync: SyncPolicy, validate: bool) -> _FileWriter:
         """Validate every complete line (an error names a damaged one), then
-        cut a torn tail off so the next record starts a line of its own.
+        cut a torn tail off so the next record starts a line of its own, and
+        with it whatever follows zeros that end the records (_set_aside).
         Not validating, the lines are counted, and only the last decoded
         (is it the end?): the caller reads them all before appending."""
         count, ended = 0, False
@@ -91,6 +92,7 @@ class FileJournalStore(JournalStore):
             if not validate:
                 count, ended = lines, _ends_with_end(path)
             if good != size:
+                _set_aside(path, fd, good, size)
                 os.ftruncate(fd, good)
                 os.fsync(fd)
         except OSError as exc:
@@ -294,6 +296,34 @@ def _complete_prefix(fd: int, size: int) -> tuple[int, int]:
             break
         offset += len(chunk)
     return count, length
+
+
+def _set_aside(path: Path, fd: int, start: int, size: int) -> None:
+    """Copy the bytes from `start` on to `<path>.cut-<start>` when they hold
+    a whole line: a power cut's zeros between lines leave lines after them
+    that were never synced, which the resume must not follow, but zeros in
+    the middle of a damaged file look the same, and what they hid is kept
+    for a person to look at rather than cut off. A torn tail alone (no
+    newline) is a line cut short and is dropped, as it always was."""
+    rest, offset = [], start
+    while offset < size:
+        chunk = os.pread(fd, min(_CHUNK, size - offset), offset)
+        if not chunk:
+            break
+        rest.append(chunk)
+        offset += len(chunk)
+    data = b"".join(rest)
+    if b"\n" not in data:
+        return
+    aside = path.with_name(f"{path.name}.cut-{start}")
+    out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
+        os.fsync(out)
+    finally:
+        os.close(out)
 
 
 def _sync_dir(directory: Path) -> None:
