@@ -33,8 +33,9 @@ from spearpy.journal import (
     JournalWriter,
     ReplayDiverged,
 )
-from spearpy.journal.hostcall_answers import hostcall_writes
-from spearpy.journal.records import Digested
+from spearpy.journal.hostcall_answers import clock_micros, hostcall_writes
+from spearpy.journal.records import Digested, served_answer
+from spearpy.memory import GuestFault
 from spearpy.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -153,7 +154,10 @@ class RunJournal:
         if answer is not None:
             if sets_up_fd and args:
                 self._unbuilt[args[0]] = call
-            for ptr, data in hostcall_writes(answer):
+            writes = hostcall_writes(answer)
+            for ptr, data in writes:  # all in memory before any is made
+                self._served_check(run.memory.check, call, ptr, len(data))
+            for ptr, data in writes:
                 run.memory.write(ptr, data)
             rc: int | None = answer["rc"]
             return rc
@@ -175,7 +179,7 @@ class RunJournal:
         answer = None if self._live else \
             self._replayed("hostcall", {"call": "host.clock", "args": []})
         if answer is not None:
-            micros: int = answer["rc"]
+            micros: int = self._served_check(clock_micros, "hostcall", answer)
             return micros / 1e6
         t = self._t()
         micros = round(t * 1000)
@@ -270,11 +274,24 @@ class RunJournal:
         assert reader is not None
         answer: dict[str, Any] = self._diverged_as_interrupt(
             lambda: reader.next_answer(kind, request))
+        self._served_check(served_answer, kind, kind, answer)
         if self.copy:
             self._append(kind, request, answer)
-        if isinstance(answer.get("t"), int | float):
+        if "t" in answer:  # a number of ms (records.is_ms)
             self._elapsed_ms = float(answer["t"])
         return answer
+
+    def _served_check(self, check: Callable[..., Any], what: str, *args: Any) -> Any:
+        """check(*args) of the step just served; a JournalCorrupt or GuestFault
+        (a write outside guest memory) it raises stops the replay there."""
+        try:
+            return check(*args)
+        except (JournalCorrupt, GuestFault) as exc:
+            reader = self.reader
+            assert reader is not None
+            raise HostInterrupt(Outcome.REPLAY_MISMATCH, (
+                f"journal {reader.journal_id!r} step {reader.served} ({what}) cannot be "
+                f"replayed: {exc}")) from None
 
     def _stop_if_replay_only(self, kind: str) -> None:
         """A replay that reached the end of what it may serve stops there."""
@@ -383,4 +400,3 @@ class RunJournal:
             # end of a journal cut short, and nothing is appended after it.
             raise HostInterrupt(Outcome.REPLAY_MISMATCH,
                                 f"the journal cannot be replayed past here: {exc}") from None
-

@@ -61,8 +61,8 @@ def hostcall_writes(answer: Any) -> list[tuple[int, bytes]]:
         raise JournalCorrupt('a hostcall answer is not {"rc", "writes", "t"}')
     if answer["rc"] is not None and type(answer["rc"]) is not int:
         raise JournalCorrupt("a hostcall answer's rc is not an int or null")
-    if type(answer["t"]) not in (int, float) or not math.isfinite(answer["t"]):
-        raise JournalCorrupt("a hostcall answer's t is not a number")
+    if type(answer["t"]) not in (int, float) or not is_ms(answer["t"]):
+        raise JournalCorrupt("a hostcall answer's t is not a number of ms")
     if not isinstance(answer["writes"], list):
         raise JournalCorrupt("a hostcall answer's writes is not a list")
     writes = []
@@ -70,8 +70,31 @@ def hostcall_writes(answer: Any) -> list[tuple[int, bytes]]:
         if not (isinstance(write, list) and len(write) == 2 and type(write[0]) is int
                 and write[0] >= 0 and isinstance(write[1], str)):
             raise JournalCorrupt("a hostcall write is not [guest address, base64]")
+        # Guest memory masks an address to 32 bits: a longer one would land
+        # inside it, where the journaled run never wrote.
+        if write[0] > U32_MAX:
+            raise JournalCorrupt(f"a hostcall write's address {write[0]} is past a 32-bit "
+                                 "guest's memory")
         writes.append((write[0], b64_field(write[1], "a hostcall write")))
     return writes
+
+
+U32_MAX = 0xFFFFFFFF
+
+
+def is_ms(value: int | float) -> bool:
+    """A time or a duration in a record: not negative (which would give a
+    resumed run more than its timeout), finite (a time past the run's
+    timeout only ends it), and an int one a float can hold."""
+    return value >= 0 and (math.isfinite(value) if type(value) is float else value < 2**63)
+
+
+def clock_micros(answer: dict[str, Any]) -> int:
+    """The send loop's clock reading a `host.clock` answer holds (µs into the run)."""
+    micros = answer["rc"]
+    if type(micros) is not int or not is_ms(micros):
+        raise JournalCorrupt(f"the send loop's clock is not a reading in µs: {shown(micros)}")
+    return micros
 
 
 _PAD = b"*"  # fills a write its redaction shortened
