@@ -281,10 +281,7 @@ def _complete_prefix(fd: int, size: int) -> tuple[int, int]:
     """The complete lines before the file's records end (at its end, or at
     zeros: _zeros_from): how many, and their length."""
     count, offset, length = 0, 0, 0
-    while offset < size:
-        chunk = os.pread(fd, min(_CHUNK, size - offset), offset)
-        if not chunk:
-            break
+    for chunk in _chunks(fd, 0, size):
         zero = _zeros_from(chunk, offset)
         if zero >= 0:
             chunk = chunk[:zero]
@@ -305,25 +302,28 @@ def _set_aside(path: Path, fd: int, start: int, size: int) -> None:
     the middle of a damaged file look the same, and what they hid is kept
     for a person to look at rather than cut off. A torn tail alone (no
     newline) is a line cut short and is dropped, as it always was."""
-    rest, offset = [], start
-    while offset < size:
-        chunk = os.pread(fd, min(_CHUNK, size - offset), offset)
-        if not chunk:
-            break
-        rest.append(chunk)
-        offset += len(chunk)
-    data = b"".join(rest)
-    if b"\n" not in data:
+    if not any(b"\n" in chunk for chunk in _chunks(fd, start, size)):
         return
     aside = path.with_name(f"{path.name}.cut-{start}")
     out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out, view):]
+        for chunk in _chunks(fd, start, size):  # a chunk at a time, whatever the size
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
         os.fsync(out)
     finally:
         os.close(out)
+
+
+def _chunks(fd: int, start: int, size: int) -> Iterator[bytes]:
+    offset = start
+    while offset < size:
+        chunk = os.pread(fd, min(_CHUNK, size - offset), offset)
+        if not chunk:
+            return
+        yield chunk
+        offset += len(chunk)
 
 
 def _sync_dir(directory: Path) -> None:
