@@ -167,3 +167,19 @@ def test_a_zero_byte_amid_a_lines_text_is_damage_not_an_end(tmp_path: Path) -> N
         JournalWriter.open(store, "run")
     assert path.read_bytes() == damaged
     assert os.path.getsize(path) == len(damaged)
+
+
+@pytest.mark.parametrize(("chunk", "offset", "end"), [
+    (b"abc\n" + b"\0" * 508, 0, 4),  # zeros to the sector's end
+    (b"ab\0c\n" + b"x" * 507, 0, -1),  # a zero amid text: damage, no end
+    (b"ab\0c" + b"\0" * 508, 0, 4),  # text, then zeros to the sector's end
+    (b"x" * 600 + b"\0" * 10, 0, 600),  # zeros to the chunk's (the file's) end
+    (b"x" * 510 + b"\0y" + b"\0" * 512, 0, 512),  # the next sector, all zeros
+    (b"x" * 10 + b"\0" * 20 + b"y", 500, 10),  # read at 500: zeros from 510 reach 512
+    (b"x" * 20 + b"\0" * 2 + b"y", 500, -1),  # read at 500: text at 522, before 1024
+    (b"\0x" * 4096, 0, -1),  # zeros all amid text
+])
+def test_where_zeros_end_the_records(chunk: bytes, offset: int, end: int) -> None:
+    from spearpy.journal.filestore import _zeros_from
+
+    assert _zeros_from(chunk, offset) == end

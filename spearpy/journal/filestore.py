@@ -271,9 +271,11 @@ def _zeros_from(chunk: bytes, offset: int) -> int:
     zero = chunk.find(0)
     while zero >= 0:
         stop = min(len(chunk), (offset + zero) // _SECTOR * _SECTOR + _SECTOR - offset)
-        if chunk.count(0, zero, stop) == stop - zero:
-            return zero
-        zero = chunk.find(0, zero + 1)
+        # Each sector looked at once, however many zero bytes a damaged one holds.
+        text_end = zero + len(chunk[zero:stop].rstrip(b"\0"))
+        if text_end < stop:
+            return text_end  # zeros from here to the sector's end
+        zero = chunk.find(0, stop)
     return -1
 
 
