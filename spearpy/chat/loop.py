@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Final, Literal, overload
 
 from spearpy import abi
-from spearpy.chat.batch import CacheKey, admit_batch
+from spearpy.chat.batch import Cached, CacheKey, Skip, Stop, admission, admit_batch
 from spearpy.chat.bodies import (
     CACHE_HIT,
     INTERNAL_ERROR,
@@ -47,7 +47,6 @@ from spearpy.chat.protocol import (
     ToolOutcome,
     ToolSkipped,
 )
-from spearpy.chat.registry import ALLOW, DENY
 from spearpy.chat.session import ChatSession, tool_error_content
 from spearpy.chat.states import (
     LoopEvent,
@@ -55,7 +54,7 @@ from spearpy.chat.states import (
     LoopState,
     next_state,
 )
-from spearpy.chat.toolio import cache_key, check_arguments, output_content, unknown_tool
+from spearpy.chat.toolio import output_content
 
 # Read a few times an iteration: a member looked up on its Enum class goes
 # through EnumType (~1k instructions in 3.11), 0.8-3 % of P5 (docs/benchmarks.md).
@@ -278,46 +277,16 @@ class ToolLoop(SendEndings):
 
     def _advance_calls(self) -> CallTool | CallTools | None:
         """Answer what needs no guest; return the next CallTool, or None when done."""
-        limits = self.limits
         while self._queue:
             call = self._queue[0]
-            tool = self._tools.get(call.name)
-            if tool is None:
-                if self._skip(call, abi.TOOL_UNKNOWN, unknown_tool(call.name)):
+            verdict = admission(call, self._tools, self.limits, self.stats, self._cache,
+                                self._approved)
+            if not isinstance(verdict, tuple):
+                if self._not_run(call, verdict):
                     return None
                 continue
-            if tool.approval != ALLOW:
-                if tool.approval == DENY:
-                    if self._skip(call, TOOL_DENIED, f"the host's policy denies calls of "
-                                                     f"{tool.name!r}"):
-                        return None
-                    continue
-                if call.id not in self._approved:
-                    self._hold(call)
-                    return None
-            parsed, problem = check_arguments(tool, call.arguments, limits.validate_tool_args)
-            if problem is not None:
-                if self._skip(call, abi.TOOL_INVALID_ARGUMENTS, problem):
-                    return None
-                continue
-            key: tuple[str, str] | None = None
-            if limits.cache_tool_results:
-                key = cache_key(call.name, parsed)
-                cached = self._cache.get(key)
-                if cached is not None:
-                    self._queue.popleft()
-                    self.session.answer(call.id, cached)
-                    self.notes.append(ToolSkipped(call=call, code=CACHE_HIT))
-                    continue
-            stats = self.stats
-            if stats.tool_calls >= limits.max_total_tool_calls:
-                self._stop_at_limit(
-                    LimitHit("max_total_tool_calls", limits.max_total_tool_calls),
-                    abi.SEND_TOOL_CALL_LIMIT,
-                    f"max_total_tool_calls ({limits.max_total_tool_calls}) reached",
-                )
-                return None
-            stats.tool_calls += 1
+            tool, key = verdict
+            self.stats.tool_calls += 1
             action = CallTool(call, tool, call.arguments)
             if self._parallel and len(self._queue) > 1:
                 batch = self._batch(action, key)
@@ -329,6 +298,24 @@ class ToolLoop(SendEndings):
             return action
         self.state = next_state(self.state, _CALLS_ANSWERED)
         return None
+
+    def _not_run(self, call: ToolCall, verdict: Skip | Cached | Stop) -> bool:
+        """Act on admission's verdict on `call` (the queue's head), which does
+        not run it; True when that ends the send."""
+        if isinstance(verdict, Cached):
+            self._queue.popleft()
+            self.session.answer(call.id, verdict.content)
+            self.notes.append(ToolSkipped(call=call, code=CACHE_HIT))
+            return False
+        if isinstance(verdict, Skip):
+            return self._skip(call, verdict.code, verdict.message)
+        if verdict is Stop.HOLD:
+            self._hold(call)
+            return True
+        most = self.limits.max_total_tool_calls
+        self._stop_at_limit(LimitHit("max_total_tool_calls", most), abi.SEND_TOOL_CALL_LIMIT,
+                            f"max_total_tool_calls ({most}) reached")
+        return True
 
     def _batch(self, first: CallTool, key: CacheKey | None) -> CallTools | None:
         """`first` and the calls after it that simply run, as one CallTools
