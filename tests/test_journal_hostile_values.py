@@ -93,8 +93,8 @@ HOSTILE_VALUES = [None, "", "x", "0", [], {}, [1, 2], {"a": 1}, 1.5, -1, 0, 2**8
 # Guest addresses no guest here has memory at (their memories are far smaller).
 HOSTILE_ADDRESSES = [2**31, 2**32 - 1, 2**32 - 4, 2**32, 2**32 + 16, 2**40, 2**64 + 8,
                      0x7FFF_FFF0]
-HOSTILE_DATA = ["!!not base64!!", "AAE", "deadbeef", "AAECAw==" * 40_000, "", "====",
-                "AAECAw==\n", " AAECAw==", "aGVsbG8=" + "A" * 3]
+HOSTILE_DATA = ["!!not base64!!", "AAE", "deadbeef", "AAECAw==" * 40_000, "AAAA" * 300_000, "",
+                "====", "AAECAw==\n", " AAECAw==", "aGVsbG8=" + "A" * 3]
 TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
 HOSTILE_BODIES: list[Any] = [
     [], "text", 7, None, {}, {"choices": None}, {"choices": []}, {"choices": {}},
@@ -264,7 +264,7 @@ def _odd_start(draw: st.DrawFn, records: list[Record]) -> list[Record]:
     if not (isinstance(flags, dict) and isinstance(flags.get("run"), dict)):
         return records
     where = draw(st.sampled_from(["flags", "run", "host", "dirs", "module", "invoke", "limits",
-                                  "argv", "stdin"]), label="start field")
+                                  "argv", "env_names", "stdin"]), label="start field")
     value = draw(st.sampled_from(HOSTILE_VALUES), label="becomes")
     if where == "flags":
         flags[draw(st.sampled_from(["run", "host", "module"]))] = value
@@ -283,6 +283,8 @@ def _odd_start(draw: st.DrawFn, records: list[Record]) -> list[Record]:
         records[0]["limits"] = {"timeout": value}
     elif where == "argv":
         records[0]["argv"] = draw(st.sampled_from([["a" * 100_000], ["\u0000"], [], ["x"] * 500]))
+    elif where == "env_names":
+        records[0]["env_names"] = draw(st.sampled_from([["A=B"], ["\u0000"], [""], ["X"] * 500]))
     else:
         records[0]["stdin_base64"] = draw(st.sampled_from(HOSTILE_DATA))
     return records
@@ -324,12 +326,14 @@ def _bounded(call: Callable[[], Any]) -> Any:
 def _clear(message: str) -> None:
     assert message and len(message) <= MESSAGE_CHARS, f"not a short message: {message[:2000]!r}"
     assert "Traceback" not in message and message.count("\n") <= 2, message
+    assert all(c.isprintable() or c == "\n" for c in message), f"unescaped: {message!r}"
 
 
-def _judged(got: Any, what: str) -> None:
-    """A RunResult with a clear message when it did not exit, or a
-    SpearpyError raised before the run started; never anything else."""
-    if isinstance(got, SpearpyError):
+def _judged(got: Any, what: str, refusals: tuple[type[Exception], ...] = (SpearpyError,)
+            ) -> None:
+    """A RunResult with a clear message when it did not exit, or one of
+    `refusals` raised before the run started; never anything else."""
+    if isinstance(got, refusals):
         _clear(str(got))
         return
     assert isinstance(got, RunResult), f"{what} raised {type(got).__name__}: {got}"
@@ -380,7 +384,10 @@ def check_hostile(case: Case, records: list[Record], where: Path,
     resumed = _bounded(lambda: case.run(JournalSpec(_write(unended, where / "c.jsonl"))))
     _judged(resumed, "resume (Host.run)")
     again = _bounded(lambda: case.resume(JournalSpec(_write(unended, where / "h.jsonl"))))
-    _judged(again, "Host.resume")
+    # Host.run refuses the inputs it is given (the journal's, here: an argv or
+    # an env name it never runs with, a mount gone since) with ValueError, as
+    # `spearpy resume` reports: "the journaled run cannot start here".
+    _judged(again, "Host.resume", (SpearpyError, ValueError))
     assert host_bugs == []
 
 
@@ -546,3 +553,23 @@ def test_a_journal_going_back_in_time_gives_a_resume_no_more_than_its_timeout(
     assert isinstance(resumed, RunResult), resumed
     assert resumed.outcome == "replay_mismatch", (resumed.outcome, resumed.message)
     assert "line 2:" in resumed.message and "t is not a number of ms" in resumed.message
+
+
+@pytest.mark.parametrize("outcome", ["\u001b[2J" + "x" * 10_000, "exited\n\u001b[2J"])
+def test_an_end_record_a_replay_runs_into_is_named_short_and_escaped(
+        cases: dict[str, Case], tmp_path: Path, outcome: str) -> None:
+    """Was: its outcome in the message whole, control characters and all."""
+    records = _records(cases["clocks"])
+    del records[-2]  # the guest's last call: it asks past the end record
+    records[-1].update(outcome=outcome, exit_code=2**80)
+    path = _write(_renumbered(records), tmp_path / "r.jsonl")
+    replayed = cases["clocks"].run(JournalSpec(path, mode="replay"))
+    assert replayed.outcome == "replay_mismatch", (replayed.outcome, replayed.message)
+    if len(outcome) > 64:
+        assert f"line {len(records)}: an end record's outcome is longer than 64" in \
+            replayed.message, replayed.message
+    else:
+        assert "the run ended there (exited\\n\\x1b[2J, exit" in replayed.message, \
+            replayed.message
+    _clear(replayed.message)
+    assert "\u001b" not in replayed.message

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from spearpy._jsondiff import first_difference
+from spearpy._term import one_line
 from spearpy.journal.errors import JournalError, ReplayDiverged
 from spearpy.journal.records import (
     End,
@@ -107,7 +108,7 @@ class JournalReader:
         where = f"journal {self.journal_id!r} step {seq}"
         step = self._next
         if not isinstance(step, Step):
-            how = f"the run ended there ({step.outcome}, exit {step.exit_code})" \
+            how = f"the run ended there ({one_line(step.outcome)}, exit {step.exit_code})" \
                 if isinstance(step, End) else "the journal holds no more"
             raise ReplayDiverged(seq, f"{where} goes beyond the journal: the guest asked for "
                                       f"{kind!r}, and {how}")

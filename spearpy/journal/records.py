@@ -327,6 +327,9 @@ def decode(line: bytes | str) -> Record:
         record = _decode_start(fields)
     elif name == END:
         record = End(seq, fields.take("outcome", str), fields.take("exit_code", int))
+        if len(record.outcome) > MAX_OUTCOME_CHARS:  # as the writer refuses
+            raise JournalCorrupt(f"an end record's outcome is longer than {MAX_OUTCOME_CHARS} "
+                                 "characters")
     else:
         record = _decode_step(seq, name, fields)
     fields.done()
