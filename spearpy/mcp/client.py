@@ -19,7 +19,7 @@ from typing import Any
 from spearpy.mcp import results as r
 from spearpy.mcp.connection import Connection
 from spearpy.mcp.loop_thread import BridgeCancelled, BridgeTimeout, LoopClosed, LoopThread
-from spearpy.mcp.models import McpError, McpOutcome, ServerStatus, ToolSpec
+from spearpy.mcp.models import McpError, McpOutcome, Offered, ServerStatus, ToolSpec
 from spearpy.mcp.policy import (
     Approval,
     SessionPolicy,
@@ -68,12 +68,14 @@ class McpManager:
         self._specs: dict[str, tuple[list[Any], list[ToolSpec]]] = {}
         # (task, session) -> (usable server ids, (server id, record, specs) the
         # offer was computed from, the offer): a warm send's offer is the same
-        # list while none of those changed, so it costs a few identity checks.
+        # object while none of those changed, so it costs a few identity checks.
+        # The one cache of offers: the tool source keeps what it makes of one
+        # in it (Offered.made).
         self._offered: dict[tuple[TaskPolicy, SessionPolicy], tuple[
             tuple[str, ...], tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],
-            list[ToolSpec]]] = {}
+            Offered]] = {}
         # Bumped whenever a server's specs are made from a new listing.
-        self.listing_generation = 0
+        self._listing_generation = 0
         self._offered_generation = 0
         self._closed = False
         self._log: Any = None
@@ -192,7 +194,7 @@ class McpManager:
             allowed = self.registry.entries[server_id].record.allowed_tools
             cached = self._specs[server_id] = (tools, [
                 _spec(server_id, t) for t in tools if allowed and match_any(allowed, t.name)])
-            self.listing_generation += 1
+            self._listing_generation += 1
         return cached[1]
 
     def offered_tools(self, task: TaskPolicy, session: SessionPolicy, *,
@@ -200,6 +202,15 @@ class McpManager:
                       ) -> tuple[list[ToolSpec], dict[str, McpError]]:
         """The MCP tools one send offers under the three layers (registry and
         `allowed_tools`, task, session), and the servers that failed to list."""
+        offered, failed = self.offer(task, session, deadline=deadline, cancel=cancel)
+        return offered.specs, failed
+
+    def offer(self, task: TaskPolicy, session: SessionPolicy, *,
+              deadline: float | None = None, cancel: threading.Event | None = None,
+              ) -> tuple[Offered, dict[str, McpError]]:
+        """offered_tools' tools as the manager keeps them: the same Offered
+        again while nothing it was made from changed (an offer some server
+        failed to list for is made anew every time)."""
         available = self.server_ids()
         key = offer_key(task, session)
         hit = self._offered.get(key) if key is not None else None
@@ -207,17 +218,18 @@ class McpManager:
             return hit[2], {}
         servers = effective_servers(available, task, session)
         found, failed = self.collect_tools(servers, deadline=deadline, cancel=cancel)
-        offered = [spec for sid in servers for spec in found.get(sid, ())
-                   if tool_denial(spec.name, self.registry.entries[sid].record.allowed_tools,
-                                  task, session) is None]
+        offered = Offered([spec for sid in servers for spec in found.get(sid, ())
+                           if tool_denial(spec.name,
+                                          self.registry.entries[sid].record.allowed_tools,
+                                          task, session) is None])
         if not failed and key is not None:
             listings = tuple((sid, self.registry.entries[sid], found[sid]) for sid in servers)
             if len(self._offered) >= MAX_OFFERS_CACHED \
-                    or self._offered_generation != self.listing_generation:
+                    or self._offered_generation != self._listing_generation:
                 # Offers of an older listing would keep it alive (a hostile
                 # server can change its listing at every send): start over.
                 self._offered = {}
-                self._offered_generation = self.listing_generation
+                self._offered_generation = self._listing_generation
             self._offered[key] = (available, listings, offered)
         return offered, failed
 

@@ -42,6 +42,18 @@ class ToolSpec:
             "parameters": dict(self.input_schema) or {"type": "object"}}}
 
 
+@dataclass(slots=True)
+class Offered:
+    """The MCP tools one send offers (McpManager.offer). The manager keeps it
+    for its (task, session) policies while no listing or record it came from
+    changes, so a warm send gets this same object back; `made` is what the
+    loop's tool source made of `specs` (mcp/source.py: its tools and
+    aliases), kept with them so it is reused and dropped as they are."""
+
+    specs: list[ToolSpec]
+    made: Any = None
+
+
 @dataclass(frozen=True)
 class McpOutcome:
     """The result of one call: `content` is the tool message."""

@@ -20,7 +20,7 @@ from spearpy._term import one_line
 from spearpy.chat.protocol import CallBudget, ToolOutcome
 from spearpy.chat.registry import Tool, ToolRegistry, schema_problem
 from spearpy.mcp.naming import NameTable, ToolNameError, offered_name
-from spearpy.mcp.policy import Approval, SessionPolicy, TaskPolicy, offer_key
+from spearpy.mcp.policy import Approval, SessionPolicy, TaskPolicy
 from spearpy.mcp.results import MCP_TOOL_FAILED
 from spearpy.mcp.vetting import (
     description_problem,
@@ -66,32 +66,19 @@ class McpTools:
         # given once per listing).
         self._built: dict[int, _Built] = {}
         self._warn_lock = threading.Lock()
-        # (task, session) -> (the manager's offered specs, the tools and
-        # aliases made of them). Shared by every send that hits; nobody
-        # mutates them (ToolRegistry.attach copies what it keeps).
-        self._offers: dict[tuple[TaskPolicy, SessionPolicy],
-                           tuple[list[ToolSpec], list[Tool], dict[str, str]]] = {}
-        self._offers_generation = 0
 
     def offer(self, task: TaskPolicy, session: SessionPolicy, *, deadline: float | None,
               cancel: threading.Event | None) -> Offer:
-        specs, failed = self._manager.offered_tools(task, session, deadline=deadline,
-                                                    cancel=cancel)
-        key = offer_key(task, session) if not failed else None
-        if key is not None:
-            done = self._offers.get(key)
-            if done is not None and done[0] is specs:
-                # A warm send: the manager handed back the very list it did
-                # last time, so the tools, names and aliases are those (and
-                # their warnings were given then).
-                return Offer(done[1], done[2])
-        offer = self._make(specs, failed)
-        if key is not None:
-            generation = self._manager.listing_generation
-            if len(self._offers) >= MAX_OFFERS_CACHED or self._offers_generation != generation:
-                self._offers = {}  # what an older listing made is not kept alive
-                self._offers_generation = generation
-            self._offers[key] = (specs, offer.tools, offer.aliases)
+        offered, failed = self._manager.offer(task, session, deadline=deadline, cancel=cancel)
+        made: tuple[list[Tool], dict[str, str]] | None = offered.made
+        if made is not None:
+            # A warm send: the manager handed back the offer it cached, so the
+            # tools, names and aliases are those made of it (and their
+            # warnings were given then). Shared by every send that hits;
+            # nobody mutates them (ToolRegistry.attach copies what it keeps).
+            return Offer(made[0], made[1])
+        offer = self._make(offered.specs, failed)
+        offered.made = (offer.tools, offer.aliases)
         return offer
 
     def _make(self, specs: list[ToolSpec], failed: dict[str, McpError]) -> Offer:
@@ -172,7 +159,6 @@ class McpTools:
 
 
 MAX_WARNING_CHARS = 2000
-MAX_OFFERS_CACHED = 256  # distinct (task, session) policies kept; then it starts over
 _APPROVALS = {Approval.ALLOW: "allow", Approval.DENY: "deny", Approval.ASK: "ask"}
 
 

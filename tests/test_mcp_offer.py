@@ -1,0 +1,50 @@
+"""The MCP tool source's offer across sends, against the real toolbox over
+stdio: a warm send gets the tools, names and aliases made for the same
+policies last time (one cache, the manager's, keeps them), and another
+policy or a changed listing gets its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from spearpy.mcp import McpManager, SessionPolicy, TaskPolicy
+from spearpy.mcp.source import McpTools
+from spearpy.observe.scrub import SecretScrubber
+from tests.test_mcp_client import TOOLBOX, call, stdio
+
+TASK = TaskPolicy(enabled=True, default_server_ids=("own",))
+
+
+@pytest.fixture
+def manager() -> Iterator[McpManager]:
+    mgr = McpManager([stdio("own", [TOOLBOX], allowed_tools=["echo", "crash", "grow", "late"])])
+    yield mgr
+    mgr.close()
+
+
+def _refs(source: McpTools, session: SessionPolicy) -> list[object]:
+    return [tool.ref for tool in source.offer(TASK, session, deadline=None, cancel=None).tools]
+
+
+def test_a_warm_send_gets_the_tools_made_for_its_policies(manager: McpManager) -> None:
+    source = McpTools(manager, SecretScrubber())
+    first = source.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
+    assert [tool.ref for tool in first.tools] == [("own", "echo"), ("own", "crash"),
+                                                  ("own", "grow")]
+    again = source.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
+    assert again.tools is first.tools and again.aliases is first.aliases
+    assert again.failures == []
+    assert _refs(source, SessionPolicy(tool_denylist=("crash",))) == [("own", "echo"),
+                                                                      ("own", "grow")]
+    assert source.offer(TASK, SessionPolicy(), deadline=None, cancel=None).tools is first.tools
+    # grow adds `late` and says tools/list_changed: the next offer is made anew.
+    assert call(manager, "own", "grow").content == "grown"
+    deadline = time.monotonic() + 5  # a hang guard: the notification comes on its own
+    while ("own", "late") not in _refs(source, SessionPolicy()):
+        assert time.monotonic() < deadline, "the cached offer outlived tools/list_changed"
+        time.sleep(0.05)
+    grown = source.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
+    assert grown.tools is not first.tools and ("own", "late") in [t.ref for t in grown.tools]
