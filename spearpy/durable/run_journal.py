@@ -34,7 +34,8 @@ from spearpy.journal import (
     ReplayDiverged,
 )
 from spearpy.journal.hostcall_answers import clock_micros, hostcall_writes
-from spearpy.journal.records import Digested, served_answer
+from spearpy.journal.records import Digested
+from spearpy.journal.shapes import served_answer
 from spearpy.memory import GuestFault
 from spearpy.outcome import Outcome
 

@@ -43,9 +43,10 @@ from spearpy.journal._jsonenc import canonical as canonical
 from spearpy.journal._jsonenc import line_text as line_text
 from spearpy.journal._jsonenc import sha256_json as sha256_json
 from spearpy.journal.errors import JournalCorrupt, JournalError, shown
-from spearpy.journal.hostcall_answers import b64_field, is_ms, scrub_bytes
+from spearpy.journal.hostcall_answers import b64_field, scrub_bytes
 from spearpy.journal.hostcall_answers import hostcall_answer as hostcall_answer
 from spearpy.journal.hostcall_answers import hostcall_writes as hostcall_writes
+from spearpy.journal.shapes import start_flags
 from spearpy.observe.scrub import SecretScrubber
 
 FORMAT_VERSION = 1
@@ -226,60 +227,6 @@ def _check_hostcall(step: Step) -> None:
     hostcall_writes(step.answer)
 
 
-# ---- answers as a run serves them ----------------------------------------------------
-# The journal stores any JSON as a completion's or a tool's answer; a run
-# builds its result from these fields, so a journal that was edited by hand
-# or crafted must hold them, of these types, and nothing else.
-
-_Types = dict[str, tuple[type | None, ...]]
-_NUMBER = (int, float)
-_COMPLETION: _Types = {"backend": (str,), "model": (str,), "body": (dict, None),
-                       "error": (dict, None), "latency_ms": _NUMBER, "t": _NUMBER}
-_UPSTREAM_ERROR: _Types = {"code": (str,), "message": (str,), "status": (int, None),
-                           "details": (dict, None)}
-_TOOL_OUTCOME: _Types = {"ok": (bool,), "output": (str,), "error_code": (str, None),
-                         "error_message": (str, None), "rc": (int, None),
-                         "duration_ms": _NUMBER, "t": _NUMBER}
-_SERVED = {"chat.completion": (_COMPLETION, ("backend", "model")),
-           "tool.outcome": (_TOOL_OUTCOME, ("ok",))}
-
-
-def served_answer(kind: str, answer: Any) -> Any:
-    """`answer`, when a run can serve it as a `kind` step's answer;
-    JournalCorrupt saying what is wrong with it."""
-    shape = _SERVED.get(kind)
-    if shape is not None:
-        _check_fields(answer, *shape, "answer")
-        error = answer.get("error") if kind == "chat.completion" else None
-        if error is not None:
-            _check_fields(error, _UPSTREAM_ERROR, ("code", "message"), "answer's error")
-    return answer
-
-
-def _check_fields(value: Any, types: _Types, required: tuple[str, ...], what: str) -> None:
-    if not isinstance(value, dict):
-        raise JournalCorrupt(f"its {what} is not an object")
-    for key in required:
-        if key not in value:
-            raise JournalCorrupt(f"its {what} has no {key!r}")
-    for key, item in value.items():
-        allowed = types.get(key)
-        if allowed is None:
-            raise JournalCorrupt(f"its {what} has an unexpected field {shown(key)}")
-        # bool is an int to Python, never to the journal; a time or a
-        # duration is a finite number of ms, not negative
-        if not any(item is None if t is None else type(item) is t for t in allowed) or (
-                allowed is _NUMBER and not is_ms(item)):
-            named = "a number of ms" if allowed is _NUMBER else \
-                " or ".join(_TYPE_NAMES[t] for t in allowed)
-            raise JournalCorrupt(f"its {what}'s {key!r} is not {named}: {shown(item)}")
-
-
-_TYPE_NAMES: dict[type | None, str] = {
-    str: "a string", dict: "an object", list: "a list", None: "null", int: "an int",
-    bool: "a boolean"}
-
-
 # ---- encoding ---------------------------------------------------------------------
 
 def encode(record: Record) -> bytes:
@@ -349,27 +296,8 @@ def _decode_start(fields: _Fields) -> Start:
                  stdin_sha256=fields.take("stdin_sha256", str),
                  stdin_length=fields.take("stdin_length", int),
                  stdin=None if stdin is None else b64_field(stdin),
-                 limits=fields.take("limits", dict), flags=_start_flags(fields.take("flags", dict)),
+                 limits=fields.take("limits", dict), flags=start_flags(fields.take("flags", dict)),
                  format_version=version)
-
-
-_RUN_FLAGS: _Types = {"inherit_env": (bool,), "dirs": (list,), "invoke": (str, None)}
-
-
-def _start_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    """The flags, when a resume can start their run again from them (run_flags'
-    shape: what is there of it; a resume compares the whole with its own)."""
-    if not isinstance(flags.get("host", {}), dict):
-        raise JournalCorrupt("the start record's flags.host is not an object")
-    if not isinstance(flags.get("module"), str | None):
-        raise JournalCorrupt("the start record's flags.module is not a path or null")
-    run = flags.get("run", {})
-    _check_fields(run, _RUN_FLAGS, (), "flags.run")
-    if not all(isinstance(d, list) and len(d) == 2 and all(isinstance(p, str) for p in d)
-               for d in run.get("dirs", [])):
-        raise JournalCorrupt("the start record's flags.run.dirs is not [[host path, guest "
-                             "path], ...]")
-    return flags
 
 
 def _decode_step(seq: int, name: str, fields: _Fields) -> Step:
