@@ -469,7 +469,7 @@ def test_a_warm_offer_is_reused_until_its_listing_or_policy_changes() -> None:
         narrow, _ = mgr.offered_tools(task, SessionPolicy(tool_denylist=("crash",)))
         assert [t.name for t in narrow] == ["echo", "grow"]
         assert mgr.offered_tools(task, SessionPolicy())[0] is first
-        # A policy built with a list (unhashable) is computed, not cached or refused.
+        # A policy built with a list is taken as its tuples (mcp/policy.py), not refused.
         listed = SessionPolicy(tool_denylist=["crash"])  # type: ignore[arg-type]
         assert [t.name for t in mgr.offered_tools(task, listed)[0]] == ["echo", "grow"]
         assert call(mgr, "own", "grow").content == "grown"

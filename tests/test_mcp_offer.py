@@ -48,3 +48,16 @@ def test_a_warm_send_gets_the_tools_made_for_its_policies(manager: McpManager) -
         time.sleep(0.05)
     grown = source.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
     assert grown.tools is not first.tools and ("own", "late") in [t.ref for t in grown.tools]
+
+
+def test_policies_built_with_lists_are_kept_as_tuples_and_cached(manager: McpManager) -> None:
+    """An embedder's SessionPolicy(tool_denylist=[...]) or TaskPolicy with
+    lists is the policy its tuples make: equal, hashable, the same offer."""
+    listed = SessionPolicy(server_ids=["own"], tool_denylist=["crash"])  # type: ignore[arg-type]
+    assert listed == SessionPolicy(server_ids=("own",), tool_denylist=("crash",))
+    task = TaskPolicy(enabled=True, default_server_ids=["own"])  # type: ignore[arg-type]
+    assert task == TASK and hash(task) == hash(TASK)
+    source = McpTools(manager, SecretScrubber())
+    first = source.offer(task, listed, deadline=None, cancel=None)
+    assert [tool.ref for tool in first.tools] == [("own", "echo"), ("own", "grow")]
+    assert source.offer(task, listed, deadline=None, cancel=None).tools is first.tools

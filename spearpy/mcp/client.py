@@ -27,7 +27,6 @@ from spearpy.mcp.policy import (
     approval_for,
     effective_servers,
     match_any,
-    offer_key,
     tool_denial,
 )
 from spearpy.mcp.registry import RecordSource, Registry, ServerEntry
@@ -212,8 +211,8 @@ class McpManager:
         again while nothing it was made from changed (an offer some server
         failed to list for is made anew every time)."""
         available = self.server_ids()
-        key = offer_key(task, session)
-        hit = self._offered.get(key) if key is not None else None
+        key = (task, session)
+        hit = self._offered.get(key)
         if hit is not None and hit[0] == available and self._same_listings(hit[1]):
             return hit[2], {}
         servers = effective_servers(available, task, session)
@@ -222,7 +221,7 @@ class McpManager:
                            if tool_denial(spec.name,
                                           self.registry.entries[sid].record.allowed_tools,
                                           task, session) is None])
-        if not failed and key is not None:
+        if not failed:
             listings = tuple((sid, self.registry.entries[sid], found[sid]) for sid in servers)
             if len(self._offered) >= MAX_OFFERS_CACHED \
                     or self._offered_generation != self._listing_generation:

@@ -72,6 +72,17 @@ def _dedupe(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(i for i in items if i))
 
 
+def _as_tuples(policy: object, names: tuple[str, ...]) -> None:
+    """A list (or other iterable) where a policy holds a tuple, as an
+    embedder's SessionPolicy(server_ids=[...]) gives, becomes the tuple once,
+    when the policy is built: every policy is then hashable, keys the cache
+    of offers (McpManager.offer) and equals the policy its tuples make."""
+    for name in names:
+        value = getattr(policy, name)
+        if isinstance(value, Iterable) and not isinstance(value, tuple | str):
+            object.__setattr__(policy, name, tuple(value))
+
+
 @dataclass(frozen=True)
 class TaskPolicy:
     """The run's MCP policy. `allowed_server_ids` None means SPEAR's default:
@@ -82,6 +93,10 @@ class TaskPolicy:
     allowed_server_ids: tuple[str, ...] | None = None
     tool_allowlist: tuple[str, ...] = ()
     tool_denylist: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _as_tuples(self, ("default_server_ids", "allowed_server_ids", "tool_allowlist",
+                          "tool_denylist"))
 
     @property
     def allowed(self) -> tuple[str, ...]:
@@ -159,6 +174,9 @@ class SessionPolicy:
     tool_allowlist: tuple[str, ...] = ()
     tool_denylist: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        _as_tuples(self, ("server_ids", "tool_allowlist", "tool_denylist"))
+
 
 def _is_str_list(value: Any) -> bool:
     return (isinstance(value, list) and len(value) <= MAX_LIST_ITEMS
@@ -235,18 +253,6 @@ def effective_servers(available: Iterable[str], task: TaskPolicy,
     usable = set(available)
     requested = task.defaults if session.server_ids is None else session.server_ids
     return tuple(s for s in _dedupe(requested) if s in allowed and s in usable)
-
-
-def offer_key(task: TaskPolicy, session: SessionPolicy) -> tuple[TaskPolicy, SessionPolicy] | None:
-    """The two policies as a cache key; None when one was built with a list
-    where a tuple belongs (an embedder's SessionPolicy(server_ids=[...])):
-    such a send is computed every time rather than refused."""
-    key = (task, session)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def tool_denial(tool: str, server_allowed: Sequence[str], task: TaskPolicy,
