@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.procs_watch import ProcsWatch, Quiet, ends_by
-from spearpy.executors.resumes import resumed_event, resumed_job
+from spearpy.executors.resumes import end_journal, resumed_event, resumed_job
 from spearpy.executors.spawn import died, reap, spawn_worker
 from spearpy.executors.unreadable import sort_out
-from spearpy.executors.watch import GRACE_S, SILENCE_S, run_timeout
+from spearpy.executors.watch import GRACE_S, SILENCE_S, check_bound, run_timeout
 from spearpy.outcome import Outcome, RunResult, exit_code_for
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ class _Worker:
     frames: int = 0  # read from it so far: what its watch sees of it
     quiet: Quiet = field(default_factory=Quiet)
     stopping: str | None = None  # why the parent killed it, as its runs will say
+    # Runs its watch ended `timeout`, told once it is dead (_bury).
+    overdue: list[tuple[_Run, RunResult]] = field(default_factory=list)
 
 
 class ProcessRuns:
@@ -103,6 +105,8 @@ class ProcessRuns:
             raise ValueError("max_concurrent and workers must be at least 1")
         if max_resumes < 0:
             raise ValueError("max_resumes must not be negative")
+        check_bound("grace", grace)
+        check_bound("silence", silence)
         self.max_resumes = max_resumes
         self.workers = workers or max(1, min(os.cpu_count() or 1, max_concurrent))
         self.threads = -(-max_concurrent // self.workers)
@@ -301,6 +305,7 @@ class ProcessRuns:
         with self._lock:
             self._workers.remove(worker)
             runs, worker.runs = worker.runs, {}
+            overdue, worker.overdue = worker.overdue, []
             if not worker.ready.is_set():
                 self._start_failures += 1
             replace = self._started and not self._closing and self.failure is None
@@ -317,6 +322,12 @@ class ProcessRuns:
                 self._spawn()
             except OSError:
                 _log.exception("a worker process could not be replaced")
+        for run, result in overdue:
+            try:
+                end_journal(run.job, result)  # its writer lock died with the worker
+                run.on_end(result, None)
+            except Exception:
+                _log.exception("ending a stuck run failed")
         why = (f"the worker process (pid {worker.process.pid}) running this run "
                f"{died(code)} before the run ended" if stopped is None else
                f"the worker process (pid {worker.process.pid}) running this run was "

@@ -10,9 +10,11 @@ A worker silent for `silence` while it has runs is sent a ping, which its
 main thread answers (its runs are on other threads, so the answer never
 waits behind them; it waits only for a GIL that a deadlock holds); one that
 has not answered `silence` later is killed. A run still there `grace` after
-its deadline ends `timeout`, and its worker is killed. A killed worker's
-other runs end as in a death (procs.ProcessRuns._bury: `worker_lost`, or
-resumed from their journals), saying why it was killed.
+its deadline ends `timeout`, and its worker is killed: the run ends once
+the worker is dead (procs.ProcessRuns._bury), its journal, if it has one,
+ended `timeout` first (resumes.end_journal). A killed worker's other runs
+end as in a death (`worker_lost`, or resumed from their journals), saying
+why it was killed.
 """
 
 from __future__ import annotations
@@ -97,24 +99,23 @@ class ProcsWatch:
                 self._silent(worker, now)
 
     def _overdue(self, worker: _Worker, now: float) -> bool:
-        """End the runs past their deadline and grace, killing their worker."""
+        """Take the runs past their deadline and grace off their worker, to
+        end `timeout` once it is dead (ProcessRuns._bury), and kill it."""
+        on = f"its worker process (pid {worker.process.pid})"
         with self._lock:
             late = [key for key, run in worker.runs.items()
                     if run.ends_by is not None and now >= run.ends_by]
             runs = [worker.runs.pop(key) for key in late]
+            ends = [(run, timed_out(overdue_why(run.timeout or 0.0, self.grace, on,
+                                                "the worker"))) for run in runs]
+            worker.overdue.extend(ends)
         if not runs:
             return False
+        for run, result in ends:
+            _log.error("run %s: %s", run.job.key, result.message)
         timeout = runs[0].timeout or 0.0
         self._kill(worker, f"a run on it exceeded its {timeout:g} s deadline and did not end "
                           f"within {self.grace:g} s more")
-        on = f"its worker process (pid {worker.process.pid})"
-        for run in runs:
-            why = overdue_why(run.timeout or 0.0, self.grace, on, "the worker")
-            _log.error("run %s: %s", run.job.key, why)
-            try:
-                run.on_end(timed_out(why), None)
-            except Exception:
-                _log.exception("ending a stuck run failed")
         return True
 
     def _silent(self, worker: _Worker, now: float) -> None:

@@ -19,6 +19,15 @@ ends `worker_lost` saying how it had ended. A journal that
 holds no start record yet (its worker died creating it) cannot be resumed:
 the run ends `worker_lost` (`spearpy batch` then runs the input again,
 starting that journal over).
+
+A run that ends because its worker was killed under it for outliving its
+deadline (watch.py) gets its journal's end record from the executor, once
+the worker is dead and its writer lock gone with it (`end_journal`): the
+journal then says what the run's caller was told, `timeout`, as the journal
+of a run its worker ended at the deadline does, and no resume goes on with
+it live (with the time left at its last step, which can be the whole
+timeout again). A run lost with a hung worker gets none: it was cut, not
+ended, and its journal resumes like that of a worker that died.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from spearpy.observe.events import Event
 if TYPE_CHECKING:
     from spearpy.durable import JournalSpec
     from spearpy.journal.store import JournalStore, StoreWriter
+    from spearpy.outcome import RunResult
 
 _log = logging.getLogger("spearpy.executors")
 
@@ -103,6 +113,38 @@ def _replay_of_ended(spec: JournalSpec, store: JournalStore, journal_id: str
     return dataclasses.replace(spec, mode="replay", until=None)
 
 
+def end_journal(job: RunJob, result: RunResult) -> None:
+    """Write `result`'s outcome as the end of the journal `job` was writing,
+    whose worker is dead (its writer lock went with it). Nothing when the
+    journal holds no start record or has ended (its worker ended it before
+    it was killed); a journal that cannot be written is logged: the run's
+    end stands either way."""
+    spec = job.journal
+    target = spec.fork_into if spec is not None and spec.mode == "fork" else spec
+    if target is None or target.mode == "replay":
+        return  # a replay writes nothing
+    from spearpy.journal import JournalError
+    from spearpy.journal.records import END, End, encode
+
+    try:
+        store, journal_id = target.locate()
+        try:
+            info = store.info(journal_id)
+            if info is None or info.ended:
+                return  # opening a writer would create it
+            with store.open_writer(journal_id, sync=target.sync) as writer:
+                seq = writer.next_seq
+                if writer.ended or seq == 0:
+                    return
+                writer.append(seq, END, encode(End(seq, result.outcome, result.exit_code)))
+                writer.sync()
+        finally:
+            store.close()
+    except (JournalError, OSError) as exc:
+        _log.error("run %s: its journal could not be ended %s: %s", job.key, result.outcome,
+                   exc)
+
+
 def continued_fork(spec: JournalSpec) -> JournalSpec | None:
     """The journal a fork (`spec`, mode "fork") that stopped goes on with:
     its own (`spec.fork_into`, in record mode), holding every step up to
@@ -155,4 +197,4 @@ def _copy_until_fork(spec: JournalSpec, writer: StoreWriter) -> None:
         store.close()
 
 
-__all__ = ["continued_fork", "resumed_event", "resumed_job"]
+__all__ = ["continued_fork", "end_journal", "resumed_event", "resumed_job"]

@@ -16,6 +16,7 @@ bounds both the process executor (procs_watch.py) and the Ray executor
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from spearpy.outcome import Outcome, RunResult, exit_code_for
@@ -27,6 +28,16 @@ GRACE_S = 60.0
 # A worker silent this long is asked whether it answers, and is taken for
 # hung if it does not answer within as long again.
 SILENCE_S = 30.0
+
+
+def check_bound(name: str, seconds: float) -> None:
+    """Refuse a `grace` or `silence` (named `name`) that is no positive,
+    finite number of seconds: zero would take every worker for hung, and
+    infinity or NaN would wait for a hung one for ever."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or \
+            not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, "
+                         f"not {seconds!r}")
 
 
 def run_timeout(limits: dict[str, Any], config: dict[str, Any]) -> float | None:
