@@ -157,7 +157,8 @@ def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
         from spearpy.serve.procs import ProcessRuns
 
         processes = ProcessRuns(hosts.base.config, config.max_concurrent, config.workers,
-                                config.max_resumes)
+                                config.max_resumes, grace=config.watch_grace,
+                                silence=config.watch_silence)
         if config.executor == "processes":
             return processes
         from spearpy.serve.auto import AutoRuns
@@ -168,7 +169,8 @@ def build_executor(config: ServeConfig, hosts: HostPool) -> Executor:
 
         assert config.ray_address is not None  # ServeConfig checks it
         return RayRuns(config.ray_address, hosts.base.config, config.max_concurrent,
-                       config.workers, config.max_resumes)
+                       config.workers, config.max_resumes, grace=config.watch_grace,
+                       silence=config.watch_silence)
     return ThreadRuns(config.max_concurrent)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from spearpy.cli.options import host_from_options, host_options
+from spearpy.executors.watch import GRACE_S, SILENCE_S
 from spearpy.serve.config import DEFAULT_PORT, TOKEN_ENV, ServeConfig, default_state_dir
 from spearpy.web.guard import check_bind, token_from_env
 
@@ -33,6 +34,14 @@ from spearpy.web.guard import check_bind, token_from_env
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="run each run on this Ray cluster ('auto', 'local', or host:port); "
                    "needs spearpy[ray]")
+@click.option("--watch-grace", default=GRACE_S, show_default=True, metavar="S",
+              type=click.FloatRange(0, min_open=True),
+              help="seconds a run may go on past its deadline before its worker is taken "
+                   "for stuck and killed (the run ends timeout)")
+@click.option("--watch-silence", default=SILENCE_S, show_default=True, metavar="S",
+              type=click.FloatRange(0, min_open=True),
+              help="seconds a worker may send nothing under runs before it is pinged, and "
+                   "then has to answer, before it is taken for hung and killed")
 @click.option("--grace", default=10.0, show_default=True, type=click.FloatRange(0),
               help="seconds runs may finish in at SIGTERM/SIGINT before they are cancelled")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True,
@@ -56,7 +65,7 @@ from spearpy.web.guard import check_bind, token_from_env
 @host_options
 def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: str | None,
           max_concurrent: int, executor: str | None, workers: int | None,
-          ray_address: str | None,
+          ray_address: str | None, watch_grace: float, watch_silence: float,
           grace: float, max_body_bytes: int, max_connections: int | None,
           head_timeout: float, allow_models: tuple[str, ...], allow_backends: tuple[str, ...],
           no_event_content: bool, journal: bool, access_log: bool, **options: Any) -> None:
@@ -80,7 +89,8 @@ def serve(modules_dir: str, bind: str, port: int, state_dir: str | None, token: 
                              max_concurrent=max_concurrent, grace=grace,
                              executor="ray" if ray_address else executor or "auto",
                              workers=workers,
-                             ray_address=ray_address,
+                             ray_address=ray_address, watch_grace=watch_grace,
+                             watch_silence=watch_silence,
                              max_body_bytes=max_body_bytes,
                              max_connections=max_connections, head_timeout=head_timeout,
                              allow_models=allow_models,

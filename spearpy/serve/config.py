@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spearpy.config import HostConfig
+from spearpy.executors.watch import GRACE_S, SILENCE_S, check_bound
 from spearpy.web.guard import check_token
 
 TOKEN_ENV = "SPEARPY_SERVE_TOKEN"
@@ -63,6 +64,13 @@ class ServeConfig:
     # serve` turns it on unless --no-journal.
     journal: bool = False
     max_resumes: int = 2
+    # Worker processes and Ray actors that are alive but answer nothing
+    # (executors/watch.py): a run still going `watch_grace` s past its
+    # deadline ends `timeout`; a worker silent under runs for
+    # `watch_silence` s that does not answer a ping within as long again is
+    # taken for hung. Either way the worker is killed.
+    watch_grace: float = GRACE_S
+    watch_silence: float = SILENCE_S
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1:
@@ -84,6 +92,8 @@ class ServeConfig:
             raise ValueError("workers must be at least 1")
         if self.max_resumes < 0:
             raise ValueError("max_resumes must not be negative")
+        check_bound("watch_grace", self.watch_grace)
+        check_bound("watch_silence", self.watch_silence)
         check_token(self.token)
 
     @property
