@@ -35,9 +35,18 @@ from spearpy.host import Host
 from spearpy.outcome import RunResult
 from tests.probe import wat_module
 from tests.test_durable_runs import DURABLE, SAMPLES, durable_run, tool_run, world
-from tests.test_durable_streams_audio import CHAT, chat_run, chat_world
+from tests.test_durable_streams_audio import (
+    CHAT,
+    MIC,
+    STUB_PARAMS,
+    chat_run,
+    chat_world,
+    mic_host,
+    stub_run,
+)
 
-__all__ = ["chat_run", "chat_world", "durable_run", "tool_run", "world"]  # fixtures, by import
+# fixtures, by import
+__all__ = ["chat_run", "chat_world", "durable_run", "mic_host", "stub_run", "tool_run", "world"]
 
 _FIXTURES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 HANG_GUARD_S = 60.0  # only a hung host waits that long; nothing asserts on time
@@ -70,8 +79,9 @@ def tools_host() -> Iterator[Host]:
 
 @pytest.fixture(scope="module")
 def cases(world: Any, durable_run: Any, tool_run: Any, chat_world: Any, chat_run: Any,
-          tools_host: Host) -> dict[str, Case]:
+          tools_host: Host, mic_host: Host, stub_run: Any) -> dict[str, Case]:
     w, c = world.host, chat_world.host
+    mic_argv = [STUB_PARAMS, "40"]
     return {case.name: case for case in (
         Case("clocks", durable_run.lines,
              lambda spec: w.run(DURABLE, journal=spec, limits=LIMITS),
@@ -82,6 +92,9 @@ def cases(world: Any, durable_run: Any, tool_run: Any, chat_world: Any, chat_run
         Case("user_stream", chat_run.lines,
              lambda spec: c.run(CHAT, ["--summary"], journal=spec, limits=LIMITS),
              lambda spec: c.resume(spec, limits=LIMITS)),
+        Case("mic", stub_run.lines,
+             lambda spec: mic_host.run(MIC, mic_argv, journal=spec, limits=LIMITS),
+             lambda spec: mic_host.resume(spec, limits=LIMITS)),
     )}
 
 
@@ -396,7 +409,7 @@ def check_hostile(case: Case, records: list[Record], where: Path,
 
 @settings(max_examples=25, deadline=None, suppress_health_check=_FIXTURES)
 @given(data=st.data())
-@pytest.mark.parametrize("name", ["clocks", "guest_tools", "user_stream"])
+@pytest.mark.parametrize("name", ["clocks", "guest_tools", "user_stream", "mic"])
 def test_a_journal_of_hostile_values_is_refused_clearly(
         name: str, cases: dict[str, Case], host_bugs: list[str],
         tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
@@ -482,6 +495,20 @@ def test_a_send_loop_clock_that_is_no_reading_stops_the_replay_at_its_step(
     replayed = cases["clocks"].run(JournalSpec(_write(records, tmp_path / "r.jsonl"),
                                                mode="replay"))
     _stops_at(replayed, clock, "the send loop's clock is not a reading in µs: None")
+    assert host_bugs == []
+
+
+@pytest.mark.parametrize("rc", [10**400, 2**64, -(2**63) - 1])
+def test_a_result_no_call_returns_stops_the_replay_at_its_step(
+        cases: dict[str, Case], host_bugs: list[str], tmp_path: Path, rc: int) -> None:
+    """Was: a host bug (the mic's replay hook charging 10**400 bytes of
+    audio: OverflowError), or the guest given the result's low bits."""
+    records = _records(cases["mic"])
+    read = _first(records, "hostcall", "mic.mic_read")
+    read["answer"]["rc"] = rc
+    replayed = cases["mic"].run(JournalSpec(_write(records, tmp_path / "r.jsonl"),
+                                            mode="replay"))
+    _stops_at(replayed, read, "rc is not a 64-bit int or null")
     assert host_bugs == []
 
 

@@ -33,7 +33,7 @@ from spearpy.journal import (
     JournalWriter,
     ReplayDiverged,
 )
-from spearpy.journal.hostcall_answers import clock_micros, hostcall_writes
+from spearpy.journal.hostcall_answers import clock_micros, hostcall_rc, hostcall_writes
 from spearpy.journal.records import Digested
 from spearpy.journal.shapes import served_answer
 from spearpy.memory import GuestFault
@@ -158,9 +158,9 @@ class RunJournal:
             writes = hostcall_writes(answer)
             for ptr, data in writes:  # all in memory before any is made
                 self._served_check(run.memory.check, call, ptr, len(data))
+            rc: int | None = self._served_check(hostcall_rc, call, answer)
             for ptr, data in writes:
                 run.memory.write(ptr, data)
-            rc: int | None = answer["rc"]
             return rc
         if not answers_only:
             self._before_world_call()

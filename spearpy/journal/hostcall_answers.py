@@ -89,6 +89,16 @@ def is_ms(value: int | float) -> bool:
     return value >= 0 and (math.isfinite(value) if type(value) is float else value < 2**63)
 
 
+def hostcall_rc(answer: dict[str, Any]) -> int | None:
+    """The result a stored hostcall answer gives the guest. Checked only as
+    it is served: a wider one than a wasm call returns would reach the guest
+    as its low bits, and a replay hook (the mic's) as itself."""
+    rc: int | None = answer["rc"]
+    if rc is not None and not -(2**63) <= rc < 2**64:
+        raise JournalCorrupt(f"its rc is not a 64-bit int or null: {shown(rc)}")
+    return rc
+
+
 def clock_micros(answer: dict[str, Any]) -> int:
     """The send loop's clock reading a `host.clock` answer holds (µs into the run)."""
     micros = answer["rc"]
