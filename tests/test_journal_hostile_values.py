@@ -3,14 +3,16 @@
 A journal is input from disk: edited by hand, copied from someone else,
 crafted. File-level damage (torn tails, corrupt lines, seqs out of order) is
 tested in test_journal_file.py; here real journals of real guest runs (a
-run of clocks, randomness and two auto-tool sends; a chat of guest tools; a
-user-stream chat) have a few of their records' *values* changed by
-hypothesis, and are then replayed, resumed and shown. Whatever a journal
+run of clocks, randomness and two auto-tool sends to a Python tool and an
+MCP server; a chat of guest tools; a user-stream chat; a stub microphone)
+have a few of their records' *values* changed by hypothesis, and are then
+replayed, resumed (Host.run, Host.resume) and shown. Whatever a journal
 says, the host ends each run with a RunResult (or refuses the journal with
-a JournalError before the run starts), says what is wrong in a short
-message naming the step, never hits a host bug (a hostcall failing inside
-the host), never hangs, never writes outside the guest's memory, and `show`
-lists the journal or names its damage, never a traceback.
+a SpearpyError before the run starts), says what is wrong in a short
+escaped message naming the step, never hits a host bug (a hostcall failing
+inside the host), never hangs (a thread joined with a guard), never writes
+outside the guest's memory, and `show` lists the journal or names its
+damage, never a traceback.
 """
 
 from __future__ import annotations
