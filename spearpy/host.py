@@ -287,8 +287,15 @@ class Host:
         this Host. The Host must have the journaled run's flags (else
         replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...)."""
         from spearpy.durable import read_start, run_arguments
+        from spearpy.journal import JournalError
 
         arguments = run_arguments(read_start(journal), module=module, stdin=stdin)
+        try:
+            _check_run_inputs(arguments["argv"], arguments["env"], arguments["dirs"])
+        except (TypeError, ValueError) as exc:
+            # The journal's inputs (a mount gone since, a hand-edited start):
+            # bad input from a file, not a caller's mistake.
+            raise JournalError(f"the journaled run cannot start here: {exc}") from None
         return self.run(**arguments, journal=journal, **kwargs)
 
     @contextlib.contextmanager

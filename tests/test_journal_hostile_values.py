@@ -399,10 +399,10 @@ def check_hostile(case: Case, records: list[Record], where: Path,
     resumed = _bounded(lambda: case.run(JournalSpec(_write(unended, where / "c.jsonl"))))
     _judged(resumed, "resume (Host.run)")
     again = _bounded(lambda: case.resume(JournalSpec(_write(unended, where / "h.jsonl"))))
-    # Host.run refuses the inputs it is given (the journal's, here: an argv or
-    # an env name it never runs with, a mount gone since) with ValueError, as
-    # `spearpy resume` reports: "the journaled run cannot start here".
-    _judged(again, "Host.resume", (SpearpyError, ValueError))
+    # Host.resume refuses the journal's inputs (an argv or an env name no run
+    # starts with, a mount gone since) with a JournalError, as `spearpy
+    # resume` reports: "the journaled run cannot start here".
+    _judged(again, "Host.resume")
     assert host_bugs == []
 
 
@@ -534,6 +534,25 @@ def test_a_start_record_no_run_can_start_from_is_refused_by_resume(
     assert "line 1" in str(refused.value) and words in str(refused.value), str(refused.value)
     _clear(str(refused.value))
     _shown(path)
+
+
+@pytest.mark.parametrize(("where", "value", "words"), [
+    (("argv",), ["a\0b"], "argv entries cannot contain NUL"),
+    (("env_names",), ["A=B"], "env names must be non-empty and without '='"),
+    (("flags", "run", "dirs"), [["/nonexistent-spearpy-mount", "/data"]], "is not a directory"),
+])
+def test_inputs_no_run_starts_with_are_a_journal_error_from_resume(
+        cases: dict[str, Case], tmp_path: Path, where: tuple[str, ...], value: Any,
+        words: str) -> None:
+    """Was: Host.resume raising the ValueError Host.run refuses its inputs with."""
+    from spearpy.journal import JournalError
+
+    records = _records(cases["guest_tools"])
+    _set(records[0], where, value)
+    path = _write(records[:-1], tmp_path / "j.jsonl")
+    with pytest.raises(JournalError, match="the journaled run cannot start here") as refused:
+        cases["guest_tools"].resume(JournalSpec(path))
+    assert words in str(refused.value)
 
 
 def test_a_write_outside_the_guests_memory_stops_the_replay_at_its_step(
