@@ -500,17 +500,18 @@ def test_a_send_loop_clock_that_is_no_reading_stops_the_replay_at_its_step(
     assert host_bugs == []
 
 
-@pytest.mark.parametrize("rc", [10**400, 2**64, -(2**63) - 1])
+@pytest.mark.parametrize("rc", [10**400, 2**64, -(2**63) - 1, 2**32, -(2**31) - 1])
 def test_a_result_no_call_returns_stops_the_replay_at_its_step(
         cases: dict[str, Case], host_bugs: list[str], tmp_path: Path, rc: int) -> None:
     """Was: a host bug (the mic's replay hook charging 10**400 bytes of
-    audio: OverflowError), or the guest given the result's low bits."""
+    audio: OverflowError), or the guest given the result's low bits (mic_read
+    returns an i32)."""
     records = _records(cases["mic"])
     read = _first(records, "hostcall", "mic.mic_read")
     read["answer"]["rc"] = rc
     replayed = cases["mic"].run(JournalSpec(_write(records, tmp_path / "r.jsonl"),
                                             mode="replay"))
-    _stops_at(replayed, read, "rc is not a 64-bit int or null")
+    _stops_at(replayed, read, "rc is not a 32-bit int or null")
     assert host_bugs == []
 
 

@@ -142,7 +142,7 @@ class RunJournal:
 
     def hostcall(self, run: RunContext, call: str, args: tuple[int, ...],
                  fn: HostcallFn, *, sets_up_fd: bool = False,
-                 answers_only: bool = False) -> int | None:
+                 answers_only: bool = False, rc_bits: int = 64) -> int | None:
         """An outside-world hostcall: its journaled result and memory writes
         when replaying, else the call itself, recorded. One that asks or
         tells the world something has what was journaled before it written
@@ -158,7 +158,7 @@ class RunJournal:
             writes = hostcall_writes(answer)
             for ptr, data in writes:  # all in memory before any is made
                 self._served_check(run.memory.check, call, ptr, len(data))
-            rc: int | None = self._served_check(hostcall_rc, call, answer)
+            rc: int | None = self._served_check(hostcall_rc, call, answer, rc_bits)
             for ptr, data in writes:
                 run.memory.write(ptr, data)
             return rc

@@ -95,9 +95,11 @@ def _on_first_call(family: HostcallFamily, name: str) -> HostFn:
 
 
 def _journaled(call: str, fn: HostFn, sets_up_fd: bool, answers_only: bool,
-               replayed: Callable[[], Callable[..., Any] | None] | None) -> HostFn:
+               replayed: Callable[[], Callable[..., Any] | None] | None,
+               rc_bits: int) -> HostFn:
     """`fn`, answered from or recorded into the run's journal when it has one;
-    `replayed` finds the family's hook for an answer from the journal."""
+    `replayed` finds the family's hook for an answer from the journal;
+    `rc_bits`: how wide a result the call returns (32 or 64)."""
     name = call.partition(".")[2]
 
     def journaled(run: RunContext, *args: int) -> int | None:
@@ -106,7 +108,7 @@ def _journaled(call: str, fn: HostFn, sets_up_fd: bool, answers_only: bool,
             return fn(run, *args)
         from_journal = replayed is not None and journal.replaying
         rc = journal.hostcall(run, call, args, fn, sets_up_fd=sets_up_fd,
-                              answers_only=answers_only)
+                              answers_only=answers_only, rc_bits=rc_bits)
         hook = replayed() if from_journal and replayed is not None else None
         if hook is not None:
             hook(run, name, args, rc)
@@ -122,8 +124,9 @@ def _implementation(family: HostcallFamily, name: str) -> HostFn:
     # A family with a replay hook rebuilds (or refuses) its own fds at go-live;
     # the journal's own check is for those without one.
     sets_up_fd = hostcall.sets_up_fd and replayed is None
+    rc_bits = 32 if hostcall.results == ("i32",) else 64
     return _journaled(f"{family.name}.{name}", fn, sets_up_fd, hostcall.answers_only,
-                      replayed) if hostcall.journaled else fn
+                      replayed, rc_bits) if hostcall.journaled else fn
 
 
 # The `spear` module's imports: name -> (params, results, implementation).

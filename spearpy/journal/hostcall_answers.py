@@ -89,13 +89,14 @@ def is_ms(value: int | float) -> bool:
     return value >= 0 and (math.isfinite(value) if type(value) is float else value < 2**63)
 
 
-def hostcall_rc(answer: dict[str, Any]) -> int | None:
-    """The result a stored hostcall answer gives the guest. Checked only as
-    it is served: a wider one than a wasm call returns would reach the guest
-    as its low bits, and a replay hook (the mic's) as itself."""
+def hostcall_rc(answer: dict[str, Any], bits: int = 64) -> int | None:
+    """The result a stored hostcall answer gives the guest, for a call whose
+    result is `bits` wide. Checked only as it is served: a wider one would
+    reach the guest as its low bits, and a replay hook (the mic's) as itself.
+    Signed or unsigned: the same bits either way."""
     rc: int | None = answer["rc"]
-    if rc is not None and not -(2**63) <= rc < 2**64:
-        raise JournalCorrupt(f"its rc is not a 64-bit int or null: {shown(rc)}")
+    if rc is not None and not -(2 ** (bits - 1)) <= rc < 2**bits:
+        raise JournalCorrupt(f"its rc is not a {bits}-bit int or null: {shown(rc)}")
     return rc
 
 
