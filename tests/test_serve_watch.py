@@ -22,6 +22,7 @@ import pytest
 
 from spearpy import HostConfig
 from spearpy.executors.procs import ProcessRuns
+from spearpy.executors.ray_runs import RayRuns
 from spearpy.journal import SQLiteJournalStore
 from spearpy.journal.records import End
 from spearpy.serve import ServeConfig
@@ -139,3 +140,5 @@ def test_bad_bounds_are_refused_by_the_config_and_the_executor(
     for name in ("grace", "silence"):
         with pytest.raises(ValueError, match=f"{name} must be a positive, finite number"):
             ProcessRuns(HostConfig(), 1, **{name: value})
+        with pytest.raises(ValueError, match=f"{name} must be a positive, finite number"):
+            RayRuns("local", HostConfig(), 1, **{name: value})  # before Ray is imported

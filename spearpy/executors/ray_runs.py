@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from spearpy.executors.base import ExecutorError, OnEnd, RunJob, worker_lost
 from spearpy.executors.ray_signals import crash_handlers_kept
 from spearpy.executors.ray_watch import WATCH_GROUP, Hung, Watch
-from spearpy.executors.resumes import resumed_event, resumed_job
-from spearpy.executors.watch import GRACE_S, SILENCE_S, run_timeout, timed_out
+from spearpy.executors.resumes import end_journal, resumed_event, resumed_job
+from spearpy.executors.watch import GRACE_S, SILENCE_S, check_bound, run_timeout, timed_out
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -141,6 +141,8 @@ class RayRuns:
             raise ValueError("max_concurrent must be at least 1")
         if max_resumes < 0:
             raise ValueError("max_resumes must not be negative")
+        check_bound("grace", grace)
+        check_bound("silence", silence)
         self.max_resumes = max_resumes
         self.grace, self.silence = grace, silence
         self.address = address
@@ -302,7 +304,9 @@ class RayRuns:
                 _log.error("run %s: %s", run.job.key, hung.why)
                 self._probe(slot, kill=True)
                 if hung.timed_out:
-                    run.on_end(timed_out(hung.why), None)
+                    result = timed_out(hung.why)
+                    end_journal(run.job, result, wait=_COME_BACK_S)  # as procs.py does
+                    run.on_end(result, None)
                 else:
                     lost = hung.why
         except ray.exceptions.RayError as exc:

@@ -113,36 +113,55 @@ def _replay_of_ended(spec: JournalSpec, store: JournalStore, journal_id: str
     return dataclasses.replace(spec, mode="replay", until=None)
 
 
-def end_journal(job: RunJob, result: RunResult) -> None:
+def end_journal(job: RunJob, result: RunResult, wait: float = 0.0) -> None:
     """Write `result`'s outcome as the end of the journal `job` was writing,
-    whose worker is dead (its writer lock went with it). Nothing when the
-    journal holds no start record or has ended (its worker ended it before
-    it was killed); a journal that cannot be written is logged: the run's
-    end stands either way."""
+    whose worker was killed: its writer lock goes with its process, which
+    may take up to `wait` seconds more to die (a Ray actor). Nothing when
+    the journal holds no start record or has ended (its worker ended it
+    before it was killed); a journal that cannot be written is logged: the
+    run's end stands either way."""
     spec = job.journal
     target = spec.fork_into if spec is not None and spec.mode == "fork" else spec
     if target is None or target.mode == "replay":
         return  # a replay writes nothing
-    from spearpy.journal import JournalError
+    from spearpy.journal import JournalBusy, JournalError
+
+    until = time.monotonic() + wait
+    while True:
+        try:
+            _write_end(target, result)
+            return
+        except JournalBusy as exc:
+            if time.monotonic() < until:
+                time.sleep(_BUSY_POLL_S)
+                continue
+            why: Exception = exc
+        except (JournalError, OSError) as exc:
+            why = exc
+        _log.error("run %s: its journal could not be ended %s: %s", job.key, result.outcome,
+                   why)
+        return
+
+
+_BUSY_POLL_S = 0.1  # how often end_journal asks again for a dying worker's lock
+
+
+def _write_end(spec: JournalSpec, result: RunResult) -> None:
     from spearpy.journal.records import END, End, encode
 
+    store, journal_id = spec.locate()
     try:
-        store, journal_id = target.locate()
-        try:
-            info = store.info(journal_id)
-            if info is None or info.ended:
-                return  # opening a writer would create it
-            with store.open_writer(journal_id, sync=target.sync) as writer:
-                seq = writer.next_seq
-                if writer.ended or seq == 0:
-                    return
-                writer.append(seq, END, encode(End(seq, result.outcome, result.exit_code)))
-                writer.sync()
-        finally:
-            store.close()
-    except (JournalError, OSError) as exc:
-        _log.error("run %s: its journal could not be ended %s: %s", job.key, result.outcome,
-                   exc)
+        info = store.info(journal_id)
+        if info is None or info.ended:
+            return  # opening a writer would create it
+        with store.open_writer(journal_id, sync=spec.sync) as writer:
+            seq = writer.next_seq
+            if writer.ended or seq == 0:
+                return
+            writer.append(seq, END, encode(End(seq, result.outcome, result.exit_code)))
+            writer.sync()
+    finally:
+        store.close()
 
 
 def continued_fork(spec: JournalSpec) -> JournalSpec | None:
