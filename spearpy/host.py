@@ -285,7 +285,10 @@ class Host:
         `module` when its file moved or it was given bytes, `stdin` when the
         journal keeps only a digest), answered from the journal, then live on
         this Host. The Host must have the journaled run's flags (else
-        replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...)."""
+        replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...).
+        The journal's mounts and variables are taken as recorded: for a
+        journal you did not write, check `spearpy.durable.journal_grants`
+        first (docs/durable.md, "Whose journal")."""
         from spearpy.durable import read_start, run_arguments
         from spearpy.journal import JournalError
 

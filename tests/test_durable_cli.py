@@ -259,8 +259,9 @@ def test_a_changed_mounted_file_diverges_at_its_completion(tmp_path: Path) -> No
         server.clear_requests()
         note.write_text("bravo")
 
-        replayed = _spearpy("replay", journal, cwd=tmp_path)
-        resumed = _spearpy("resume", crashed, cwd=tmp_path)
+        # The mount is the run's own: vouched for (docs/durable.md, "Whose journal").
+        replayed = _spearpy("replay", journal, "--trust-journal", cwd=tmp_path)
+        resumed = _spearpy("resume", crashed, "--trust-journal", cwd=tmp_path)
 
         for diverged in (replayed, resumed):
             assert diverged.returncode == 138, diverged.stderr
@@ -271,7 +272,7 @@ def test_a_changed_mounted_file_diverges_at_its_completion(tmp_path: Path) -> No
         assert server.requests == []
         assert crashed.read_bytes() == crashed_bytes
         note.write_text("alpha")
-        again = _spearpy("resume", crashed, cwd=tmp_path)
+        again = _spearpy("resume", crashed, "--trust-journal", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         assert again.stdout == done.stdout
         assert server.requests == []
@@ -292,14 +293,20 @@ def test_resume_elsewhere_mounts_the_journaled_directories(tmp_path: Path) -> No
                         module, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         crashed = _cut(journal, tmp_path / "crashed.jsonl", _kinds(journal).index("end"))
-        resumed = _spearpy("resume", crashed, cwd=elsewhere)
+        # A journal cannot grant a mount: its user gives it, or vouches for the journal.
+        refused = _spearpy("resume", crashed, cwd=elsewhere)
+        assert refused.returncode == 1 and f"--dir {tmp_path / 'data'}:/data" \
+            in refused.stderr and "--trust-journal" in refused.stderr, refused.stderr
+        assert len(server.requests) == 1  # the run's own
+        resumed = _spearpy("resume", crashed, "--trust-journal", cwd=elsewhere)
         assert resumed.returncode == 0, resumed.stderr
         assert resumed.stdout == done.stdout
         assert len(server.requests) == 1
         # A journaled directory that is gone is a clear error, not a traceback.
         (tmp_path / "data" / "note.txt").unlink()
         (tmp_path / "data").rmdir()
-        gone = _spearpy("resume", _cut(journal, tmp_path / "again.jsonl", 2), cwd=elsewhere)
+        gone = _spearpy("resume", _cut(journal, tmp_path / "again.jsonl", 2),
+                        "--trust-journal", cwd=elsewhere)
     assert gone.returncode != 0 and "Traceback" not in gone.stderr
     assert f"{tmp_path / 'data'}" in gone.stderr and "not a directory" in gone.stderr
 
@@ -345,16 +352,19 @@ def test_the_key_is_never_journaled_and_resume_reads_it_from_the_environment(
         server.clear_requests()
 
         # Stdin holding the key is journaled as its digest only: given again, checked.
-        no_stdin = _spearpy("resume", crashed, cwd=tmp_path, env=keyed)
+        # Its key went to the scripted server: vouched for ("Whose journal").
+        no_stdin = _spearpy("resume", crashed, "--trust-journal", cwd=tmp_path, env=keyed)
         assert no_stdin.returncode == 2 and "--stdin" in no_stdin.stderr, no_stdin.stderr
-        resumed = _spearpy("resume", crashed, "--stdin", stdin, cwd=tmp_path, env=keyed)
+        resumed = _spearpy("resume", crashed, "--stdin", stdin, "--trust-journal",
+                           cwd=tmp_path, env=keyed)
 
         assert (resumed.returncode, resumed.stdout) == (original.returncode, original.stdout)
         assert {r.headers.get("authorization") for r in server.requests} == {f"Bearer {KEY}"}
         server.clear_requests()
         # Without the key the resume's first live completion is refused
         # upstream, and the guest is told so, as a run without it would be.
-        refused = _spearpy("resume", keyless, "--stdin", stdin, cwd=tmp_path)
+        refused = _spearpy("resume", keyless, "--stdin", stdin, "--trust-journal",
+                           cwd=tmp_path)
         assert "upstream answered HTTP 401" in refused.stdout, refused.stderr
         assert [r.headers.get("authorization") for r in server.requests] == [None]
     spellings = [KEY, base64.b64encode(KEY.encode()).decode(), KEY.encode().hex()]
@@ -382,12 +392,13 @@ def test_resume_of_a_remote_run_without_its_key_refuses_before_anything(
     crashed.chmod(0o600)
     crashed_bytes = crashed.read_bytes()
 
-    refused = _spearpy("resume", crashed, cwd=tmp_path)
+    refused = _spearpy("resume", crashed, "--trust-journal", cwd=tmp_path)
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "no API key" in refused.stderr and "OPENAI_API_KEY" in refused.stderr
     assert refused.stdout == "" and crashed.read_bytes() == crashed_bytes
-    resumed = _spearpy("resume", crashed, cwd=tmp_path, env=_child_env(OPENAI_API_KEY=KEY))
+    resumed = _spearpy("resume", crashed, "--trust-journal", cwd=tmp_path,
+                       env=_child_env(OPENAI_API_KEY=KEY))
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == original.stdout
 

@@ -23,7 +23,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _run_inputs(func: F) -> F:
-    """--module and --stdin: what the journal names but may not hold."""
+    """--module and --stdin: what the journal names but may not hold;
+    --trust-journal: what it recorded and only its user may grant."""
+    func = click.option("--trust-journal", is_flag=True,
+                        help="start the run with the mounts, secret-named variables, key "
+                             "endpoints and config or MCP files the journal recorded (a "
+                             "journal from elsewhere is refused them: docs/durable.md)")(func)
     func = click.option("--stdin", "stdin_file", type=click.File("rb"),
                         help="the run's stdin, when the journal keeps only its digest")(func)
     return click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
@@ -37,13 +42,14 @@ def _run_inputs(func: F) -> F:
 @click.option("--journal-sync", type=click.Choice(SYNC_POLICIES), default=None,
               help="when the journal is made durable on disk [send]")
 @observe_options
-def resume(path: str, module_path: str | None, stdin_file: Any, journal_sync: str | None,
-           **options: Any) -> None:
+def resume(path: str, module_path: str | None, stdin_file: Any, trust_journal: bool,
+           journal_sync: str | None, **options: Any) -> None:
     """Go on with the journaled run at PATH after a crash: its steps are
     answered from the journal (no paid call made again), then it goes on live
     with the flags it was started with, appending to PATH."""
     spec = journal_spec(path, journal_sync, None)
     start = _start_of(spec)
+    _check_grants(start, {}, live=True, trusted=trust_journal)
     config = _journaled_config(start, {})
     require_api_key(config)
     _run_again(spec, start, config, module_path, stdin_file, pop_observe_options(options))
@@ -62,7 +68,8 @@ def resume(path: str, module_path: str | None, stdin_file: Any, journal_sync: st
 @host_options
 @observe_options
 def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | None,
-           module_path: str | None, stdin_file: Any, **options: Any) -> None:
+           module_path: str | None, stdin_file: Any, trust_journal: bool,
+           **options: Any) -> None:
     """Re-execute the journaled run at PATH offline: every answer from the
     journal, nothing sent upstream, no key needed. --until stops early;
     --fork-at goes live from a step with other flags, into a new journal."""
@@ -72,6 +79,7 @@ def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | N
             raise click.UsageError("--journal goes with --fork-at")
         spec = journal_spec(path, None, None, mode="replay", until=until)
         start = _start_of(spec)
+        _check_grants(start, {}, live=False, trusted=trust_journal)
         config = _journaled_config(start, {})
     else:
         if until is not None or fork_path is None:
@@ -79,6 +87,7 @@ def replay(path: str, until: int | None, fork_at: int | None, fork_path: str | N
         spec = journal_spec(path, None, None, mode="fork", until=fork_at,
                             fork_into=journal_spec(fork_path, None, None))
         start = _start_of(spec)
+        _check_grants(start, options, live=True, trusted=trust_journal)
         config = _journaled_config(start, options)
         require_api_key(config)
     _run_again(spec, start, config, module_path, stdin_file, observe)
@@ -91,6 +100,24 @@ def _start_of(spec: JournalSpec) -> Start:
         return read_start(spec)
     except (SpearpyError, OSError) as exc:
         raise click.ClickException(f"journal {str(spec.path)!r}: {exc}") from None
+
+
+def _check_grants(start: Start, options: dict[str, Any], *, live: bool,
+                  trusted: bool) -> None:
+    """Refuse what the journal would grant the run beyond what the flags
+    given here and this environment do, unless its user vouches for it."""
+    from spearpy.durable import journal_grants
+
+    if trusted:
+        return
+    grants = journal_grants(start, config_from_options(options), live=live)
+    if grants:
+        raise click.ClickException(
+            "the journal's run was started with what only you may grant, and a journal "
+            "file may come from anyone: " + "; ".join(grants[:8])
+            + (f" (and {len(grants) - 8} more)" if len(grants) > 8 else "")
+            + ". Give them here again, or --trust-journal if you wrote this journal "
+            "(docs/durable.md, 'Whose journal')")
 
 
 def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:

@@ -6,6 +6,7 @@ answering from its steps while it replays and recording the outside world's
 answers once live. The journal's format and stores are spearpy.journal.
 """
 
+from spearpy.durable.grants import journal_grants
 from spearpy.durable.run_journal import RunJournal
 from spearpy.durable.spec import (
     JournalSpec,
@@ -17,5 +18,5 @@ from spearpy.durable.spec import (
     run_start,
 )
 
-__all__ = ["JournalSpec", "RunJournal", "bind_journal", "open_run_journal", "read_start",
-           "run_arguments", "run_flags", "run_start"]
+__all__ = ["JournalSpec", "RunJournal", "bind_journal", "journal_grants", "open_run_journal",
+           "read_start", "run_arguments", "run_flags", "run_start"]
