@@ -307,7 +307,8 @@ def _set_aside(path: Path, fd: int, start: int, size: int) -> None:
     if not any(b"\n" in chunk for chunk in _chunks(fd, start, size)):
         return
     aside = path.with_name(f"{path.name}.cut-{start}")
-    out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
+                  0o600)
     try:
         for chunk in _chunks(fd, start, size):  # a chunk at a time, whatever the size
             view = memoryview(chunk)
