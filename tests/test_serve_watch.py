@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from spearpy.executors.procs import ProcessRuns
 from spearpy.executors.ray_runs import RayRuns
 from spearpy.journal import SQLiteJournalStore
 from spearpy.journal.records import End
-from spearpy.serve import ServeConfig
+from spearpy.serve import BackgroundServer, ServeConfig, create_app
 from spearpy.serve.runs import JOURNALS
 from tests.test_serve_api import ROOT, modules_dir, sse_events, wait_for
 from tests.test_serve_durability import MULTI_TOOL, start_service
@@ -110,6 +111,54 @@ def test_a_short_grace_ends_a_stuck_run_timeout_for_good(
     with httpx.Client(base_url=url, timeout=30) as client:
         after = client.get(f"/v1/runs/{ended['id']}").json()
     assert (after["status"], after["outcome"]) == (ended["status"], "timeout"), after
+
+
+def test_a_journaled_run_on_hung_workers_resumes_then_ends_worker_lost(
+        tmp_path: Path) -> None:
+    """Lost with a worker taken for hung, a journaled run is not over: it
+    goes on from its journal on the worker that replaced it (docs/durable.md,
+    "Lost workers"), at most `max_resumes` times; then it ends worker_lost,
+    and a service started again on its state leaves it so. Each worker is
+    stopped once the run runs on it (the watch pings only a worker with
+    runs: one busy shows the run went on there)."""
+    config = ServeConfig(modules_dir=modules_dir(tmp_path), state_dir=tmp_path / "state",
+                         host=HostConfig(backend=MULTI_TOOL, cache_dir=None),
+                         executor="processes", workers=1, journal=True, watch_silence=1.0)
+    stopped: list[int] = []
+    with BackgroundServer(create_app(config), grace=0.5) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as client:
+        executor = server.app.state.service.runs.executor
+        assert isinstance(executor, ProcessRuns)
+        run = client.post("/v1/runs", json={"module": "c_infinite_loop"}).json()
+        for attempt in range(config.max_resumes + 1):
+            # Ready too: a replacement takes the run before it is ready, and
+            # one stopped while it starts is bounded by the start's 120 s.
+            _wait(lambda: executor.ready() and
+                  [p for p in executor.worker_pids(busy=True) if p not in stopped],
+                  f"the run on worker {attempt + 1}")
+            [worker] = executor.worker_pids(busy=True)
+            stopped.append(worker)
+            os.kill(worker, signal.SIGSTOP)  # the watch kills it: SIGKILL ends it stopped
+        ended = wait_for(client, run["id"], timeout=PATIENCE_S)
+        with client.stream("GET", f"/v1/runs/{run['id']}/events") as response:
+            kinds = [record["kind"] for _seq, record in sse_events(response)]
+    assert (ended["outcome"], ended["exit_code"]) == ("worker_lost", 75), ended
+    assert f"pid {stopped[-1]}" in ended["message"], ended["message"]
+    assert "stopped answering" in ended["message"], ended["message"]
+    assert "resumed 2 times before" in ended["message"], ended["message"]
+    assert kinds.count("run_resumed") == config.max_resumes, kinds
+
+    with BackgroundServer(create_app(config), grace=0.5) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as client:
+        after = client.get(f"/v1/runs/{run['id']}").json()
+    assert (after["status"], after["outcome"]) == (ended["status"], "worker_lost"), after
+
+
+def _wait(check: Any, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("flag", ["--watch-grace", "--watch-silence"])
