@@ -21,7 +21,7 @@ from spearpy import wasi_runtime
 from spearpy.backends.catalog import BackendCatalog
 from spearpy.config import HostConfig
 from spearpy.config_file import read_config_file
-from spearpy.context import GuestLogSink, RunOptions, RunServices, SendHook
+from spearpy.context import GuestLogSink, RunOptions, RunServices, SendHook, run_config
 from spearpy.embed import RunHandle, start_run
 from spearpy.engine import EpochTicker, engine_config
 from spearpy.errors import ConfigError, ModuleLoadError
@@ -285,7 +285,8 @@ class Host:
         `module` when its file moved or it was given bytes, `stdin` when the
         journal keeps only a digest), answered from the journal, then live on
         this Host. The Host must have the journaled run's flags (else
-        replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...).
+        replay_mismatch at step 0). `kwargs` go to `run` (on_event, cancel...;
+        `limits` over the journaled run's own).
         The journal's mounts and variables are taken as recorded: for a
         journal you did not write, check `spearpy.durable.journal_grants`
         first (docs/durable.md, "Whose journal")."""
@@ -293,8 +294,12 @@ class Host:
         from spearpy.journal import JournalError
 
         arguments = run_arguments(read_start(journal), module=module, stdin=stdin)
+        # The caller's limits over the journaled run's own.
+        arguments["limits"] = {**(arguments["limits"] or {}),
+                               **(kwargs.pop("limits", None) or {})} or None
         try:
             _check_run_inputs(arguments["argv"], arguments["env"], arguments["dirs"])
+            run_config(self.config, arguments["limits"])
         except (TypeError, ValueError) as exc:
             # The journal's inputs (a mount gone since, a hand-edited start):
             # bad input from a file, not a caller's mistake.

@@ -141,14 +141,24 @@ def run_start(*, module_sha256: str, argv: list[str], env_names: list[str], stdi
 def run_arguments(start: Start, *, module: object = None,
                   stdin: bytes | None = None) -> dict[str, Any]:
     """Host.run's arguments to start the run `start` records again: its
-    module (or `module`, when the file moved), argv, the environment's names
-    (their values read again from this process's environment), stdin (or
-    `stdin`, when the journal keeps only its digest), dirs, invoke."""
+    module (or `module`, when the file moved or the run was given bytes),
+    argv, the environment's names (their values read again from this
+    process's environment), stdin (or `stdin`, when the journal keeps only
+    its digest), dirs, invoke, and the run's own limits (its timeout among
+    them: the resumed run gets what was left of it)."""
     run = start.flags.get("run", {})
     where = module if module is not None else start.flags.get("module")
     if not where:
         raise JournalError("the journal names no module file (its run was given bytes): "
                            "give the module")
+    if start.flags.get("module") is None and isinstance(where, (str, os.PathLike)):
+        # Its run was given bytes (a service's, a worker's): so is this one,
+        # or its start would name a file the journaled one did not.
+        try:
+            where = Path(where).read_bytes()
+        except OSError as exc:
+            raise JournalError(f"cannot read the module {str(where)!r}: {exc.strerror}") \
+                from None
     given = start.stdin if start.stdin is not None else stdin
     if given is None and start.stdin_length:
         raise JournalError("the journal keeps only a digest of its run's stdin: give it again")
@@ -156,7 +166,7 @@ def run_arguments(start: Start, *, module: object = None,
             "env": dict.fromkeys(start.env_names) or None, "stdin": given or None,
             "inherit_env": bool(run.get("inherit_env")),
             "dirs": [(d[0], d[1]) for d in run.get("dirs", [])] or None,
-            "invoke": run.get("invoke")}
+            "invoke": run.get("invoke"), "limits": dict(start.limits) or None}
 
 
 # HostConfig fields that change where things are kept, not what a run does
