@@ -39,8 +39,8 @@ def host() -> Iterator[Host]:
 
 def _calls(path: Path) -> list[tuple[str, int | None]]:
     """(call, rc) of each hostcall step the file holds now (none before
-    the run has made it), up to the zeros its writer keeps ahead."""
-    text = path.read_bytes().split(b"\0", 1)[0].decode() if path.exists() else ""
+    the run has made it)."""
+    text = path.read_text() if path.exists() else ""
     steps = [json.loads(line) for line in text.splitlines() if line]
     return [(s["request"]["call"], s["answer"]["rc"]) for s in steps if s["kind"] == "hostcall"]
 

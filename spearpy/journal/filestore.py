@@ -1,14 +1,9 @@
 """The file store: one JSON Lines file per journal, `<directory>/<id>.jsonl`.
 
-One record a line, written whole or not at all (a failed write is cut back
-off). The writer holds an flock on the file, and writes its lines into
-zeros it wrote ahead (up to 1 MiB past the last record, cut off when it
-closes): fdatasync then flushes data alone, where an append also commits the
-file's new size through ext4's journal (0.1 against 0.3 ms here, and no
-multi-ms tail when other files commit). A journal's lines are ASCII text, so
-zeros are never part of one: a reader stops at zeros that run to a sector's
-end (_zeros_from). On open for append and on read, a torn tail (the bytes
-after the last newline before them: a line a crash cut short) is dropped; a
+Appends go through O_APPEND, one record a line, written whole or not at all
+(a failed write is cut back off). The writer holds an flock on the file. On
+open for append and on read, a torn tail (the bytes after the last newline:
+a line a crash cut short, or the zeros a power cut can leave) is dropped; a
 damaged complete line is an error naming it, never skipped.
 """
 
@@ -33,11 +28,7 @@ from spearpy.journal.store import (
 )
 
 SUFFIX = ".jsonl"
-_CHUNK = 1 << 20  # a multiple of _SECTOR: reads start at sector boundaries
-_SECTOR = 512
-# Zeros written ahead of the records: the first lot, and the most at once
-# (the file grows by its own length up to this, so a short run's file stays small).
-_AHEAD_MIN, _AHEAD_MAX = 1 << 16, 1 << 20
+_CHUNK = 1 << 20
 _END_RECORD_MAX = 512  # an end record is far shorter; list() reads this much of a tail
 
 
@@ -78,8 +69,7 @@ class FileJournalStore(JournalStore):
     def _repaired_writer(self, journal_id: str, path: Path, fd: int,
                          sync: SyncPolicy, validate: bool) -> _FileWriter:
         """Validate every complete line (an error names a damaged one), then
-        cut a torn tail off so the next record starts a line of its own, and
-        with it whatever follows zeros that end the records (_set_aside).
+        cut a torn tail off so the next record starts a line of its own.
         Not validating, the lines are counted, and only the last decoded
         (is it the end?): the caller reads them all before appending."""
         count, ended = 0, False
@@ -88,11 +78,10 @@ class FileJournalStore(JournalStore):
                 count, ended = count + 1, record.kind == END
         try:
             size = os.fstat(fd).st_size
-            lines, good = _complete_prefix(fd, size)
+            good = _complete_length(fd, size)
             if not validate:
-                count, ended = lines, _ends_with_end(path)
+                count, ended = _count_lines(fd, good), _ends_with_end(path)
             if good != size:
-                _set_aside(path, fd, good, size)
                 os.ftruncate(fd, good)
                 os.fsync(fd)
         except OSError as exc:
@@ -121,7 +110,7 @@ class FileJournalStore(JournalStore):
         try:
             with open(path, "rb", buffering=0) as handle:
                 fd = handle.fileno()
-                end = _complete_prefix(fd, os.fstat(fd).st_size)[1]
+                end = _complete_length(fd, os.fstat(fd).st_size)
                 if not end:
                     return None
                 start = _line_start(fd, end - 1, self.max_record_bytes, path)
@@ -157,7 +146,6 @@ class _FileWriter(StoreWriter):
         self._fd: int | None = fd
         self._sync = sync
         self._syncer: BackgroundSync | None = None
-        self._length = size  # the file's: zeros from bytes_used on
 
     def append(self, seq: int, kind: str, line: bytes) -> None:
         self._write(line + b"\n", seq, kind == END)
@@ -173,19 +161,14 @@ class _FileWriter(StoreWriter):
         data = memoryview(lines)
         before = self.bytes_used
         try:
-            if before + len(lines) > self._length:
-                self._zeros_ahead(fd, before + len(lines))
-            at = before
             while data:
-                written = os.pwrite(fd, data, at)
-                data, at = data[written:], at + written
+                data = data[os.write(fd, data):]
             if self._sync is SyncPolicy.EVERY:
                 os.fdatasync(fd)
         except OSError as exc:
             # Half a line followed by the next record would be a damaged middle.
             try:
                 os.ftruncate(fd, before)
-                self._length = before
             except OSError:
                 self.close()  # the file cannot be made whole: no more appends
             raise JournalError(f"cannot append to journal {str(self._path)!r}: "
@@ -193,16 +176,6 @@ class _FileWriter(StoreWriter):
         self.bytes_used = before + len(lines)
         self.next_seq = last_seq + 1
         self.ended = self.ended or ends
-
-    def _zeros_ahead(self, fd: int, needed: int) -> None:
-        """Zeros written past the file's end, for lines to be written into:
-        at least to `needed`, and as much again as the file holds (at most
-        _AHEAD_MAX). A power cut before they are synced leaves zeros, which
-        no reader takes for a record."""
-        more = max(needed - self._length,
-                   min(max(self._length, _AHEAD_MIN), _AHEAD_MAX))
-        os.pwrite(fd, bytes(more), self._length)
-        self._length += more
 
     def sync(self) -> None:
         if self._sync is SyncPolicy.SEND:
@@ -231,15 +204,7 @@ class _FileWriter(StoreWriter):
         finally:
             fd, self._fd = self._fd, None
             if fd is not None:
-                try:
-                    if self._length > self.bytes_used:
-                        # A closed journal is its records alone. Not synced: a
-                        # power cut may leave the zeros, which readers skip.
-                        os.ftruncate(fd, self.bytes_used)
-                except OSError:
-                    pass  # the zeros stay: no reader takes them for a record
-                finally:
-                    os.close(fd)  # releases the flock
+                os.close(fd)  # releases the flock
 
     def _open_fd(self) -> int:
         if self._fd is None:
@@ -248,7 +213,7 @@ class _FileWriter(StoreWriter):
 
 
 def _open_append(path: Path) -> tuple[int, bool]:
-    flags = os.O_RDWR | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
     while True:
         try:
             return os.open(path, flags), False
@@ -261,72 +226,16 @@ def _open_append(path: Path) -> tuple[int, bool]:
             continue  # created meanwhile: open that one
 
 
-def _zeros_from(chunk: bytes, offset: int) -> int:
-    """Where in `chunk` (read at `offset`) the records end at zeros: the
-    first zero byte from which the bytes up to the next 512-byte boundary
-    (or the chunk's end) are all zeros, as a writer's zeros ahead are, and
-    a power cut's (whole sectors never written, or a sector's rest) are
-    between lines too; -1 if none. A zero byte with text after it in its
-    sector is no such end: its line is damaged, and reads as such."""
-    zero = chunk.find(0)
-    while zero >= 0:
-        stop = min(len(chunk), (offset + zero) // _SECTOR * _SECTOR + _SECTOR - offset)
-        # Each sector looked at once, however many zero bytes a damaged one holds.
-        text_end = zero + len(chunk[zero:stop].rstrip(b"\0"))
-        if text_end < stop:
-            return text_end  # zeros from here to the sector's end
-        zero = chunk.find(0, stop)
-    return -1
-
-
-def _complete_prefix(fd: int, size: int) -> tuple[int, int]:
-    """The complete lines before the file's records end (at its end, or at
-    zeros: _zeros_from): how many, and their length."""
-    count, offset, length = 0, 0, 0
-    for chunk in _chunks(fd, 0, size):
-        zero = _zeros_from(chunk, offset)
-        if zero >= 0:
-            chunk = chunk[:zero]
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            count += chunk.count(b"\n")
-            length = offset + newline + 1
-        if zero >= 0:
-            break
-        offset += len(chunk)
-    return count, length
-
-
-def _set_aside(path: Path, fd: int, start: int, size: int) -> None:
-    """Copy the bytes from `start` on to `<path>.cut-<start>` when they hold
-    a whole line: a power cut's zeros between lines leave lines after them
-    that were never synced, which the resume must not follow, but zeros in
-    the middle of a damaged file look the same, and what they hid is kept
-    for a person to look at rather than cut off. A torn tail alone (no
-    newline) is a line cut short and is dropped, as it always was."""
-    if not any(b"\n" in chunk for chunk in _chunks(fd, start, size)):
-        return
-    aside = path.with_name(f"{path.name}.cut-{start}")
-    out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
-                  0o600)
-    try:
-        for chunk in _chunks(fd, start, size):  # a chunk at a time, whatever the size
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view):]
-        os.fsync(out)
-    finally:
-        os.close(out)
-
-
-def _chunks(fd: int, start: int, size: int) -> Iterator[bytes]:
-    offset = start
-    while offset < size:
-        chunk = os.pread(fd, min(_CHUNK, size - offset), offset)
+def _count_lines(fd: int, length: int) -> int:
+    """The newlines in the file's first `length` bytes."""
+    count, offset = 0, 0
+    while offset < length:
+        chunk = os.pread(fd, min(_CHUNK, length - offset), offset)
         if not chunk:
-            return
-        yield chunk
+            break
+        count += chunk.count(b"\n")
         offset += len(chunk)
+    return count
 
 
 def _sync_dir(directory: Path) -> None:
@@ -335,6 +244,19 @@ def _sync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _complete_length(fd: int, size: int) -> int:
+    """The length of the file up to and including its last newline."""
+    end = size
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 def _line_start(fd: int, newline: int, limit: int, path: Path) -> int:
@@ -358,12 +280,7 @@ def _complete_lines(handle: io.FileIO, limit: int, path: Path) -> Iterator[bytes
     read = handle.read
     pending = bytearray()
     number = 0
-    zero, offset = -1, 0
-    while zero < 0 and (chunk := read(_CHUNK)):
-        zero = _zeros_from(chunk, offset)
-        offset += len(chunk)
-        if zero >= 0:
-            chunk = chunk[:zero]  # the zeros ahead of a writer, or a power cut's
+    while chunk := read(_CHUNK):
         start = 0
         while (newline := chunk.find(b"\n", start)) >= 0:
             number += 1
@@ -389,10 +306,10 @@ def _too_long(path: Path, number: int, limit: int) -> JournalCorrupt:
 
 def _ends_with_end(path: Path) -> bool:
     try:
-        with open(path, "rb", buffering=0) as handle:
-            fd = handle.fileno()
-            size = _complete_prefix(fd, os.fstat(fd).st_size)[1]
-            tail = os.pread(fd, min(size, _END_RECORD_MAX), max(0, size - _END_RECORD_MAX))
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - _END_RECORD_MAX))
+            tail = handle.read()
     except OSError:
         return False
     lines = tail[:tail.rfind(b"\n") + 1].split(b"\n")  # [..., last complete line, b""]
