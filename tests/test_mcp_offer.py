@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from spearpy.chat.protocol import CallBudget
 from spearpy.mcp import McpManager, SessionPolicy, TaskPolicy
 from spearpy.mcp.source import McpTools
 from spearpy.observe.scrub import SecretScrubber
@@ -61,3 +62,22 @@ def test_policies_built_with_lists_are_kept_as_tuples_and_cached(manager: McpMan
     first = source.offer(task, listed, deadline=None, cancel=None)
     assert [tool.ref for tool in first.tools] == [("own", "echo"), ("own", "grow")]
     assert source.offer(task, listed, deadline=None, cancel=None).tools is first.tools
+
+
+def test_two_sources_on_one_manager_each_get_their_own_tools(manager: McpManager) -> None:
+    """The manager's cached offer holds what a source made of it; another
+    source on the same manager (its own scrubber) must not be handed the
+    first one's tools, whose calls would pass the first one's scrubber."""
+    plain = McpTools(manager, SecretScrubber())
+    mine = McpTools(manager, SecretScrubber(["hunter2-0123456789"]))
+    first = plain.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
+    assert all(tool.source is plain for tool in first.tools)
+    offer = mine.offer(TASK, SessionPolicy(), deadline=None, cancel=None)
+    echo = next(tool for tool in offer.tools if tool.ref == ("own", "echo"))
+    assert echo.source is mine
+    outcome = echo.source.call(echo.ref, '{"text": "key hunter2-0123456789"}',
+                               CallBudget(max_output_bytes=4096))
+    assert outcome.ok and "hunter2-0123456789" not in (outcome.output or "")
+    # Each keeps reusing its own on a warm send.
+    assert plain.offer(TASK, SessionPolicy(), deadline=None, cancel=None).tools is first.tools
+    assert mine.offer(TASK, SessionPolicy(), deadline=None, cancel=None).tools is offer.tools

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spearpy.errors import SpearpyError
@@ -46,12 +46,14 @@ class ToolSpec:
 class Offered:
     """The MCP tools one send offers (McpManager.offer). The manager keeps it
     for its (task, session) policies while no listing or record it came from
-    changes, so a warm send gets this same object back; `made` is what the
-    loop's tool source made of `specs` (mcp/source.py: its tools and
-    aliases), kept with them so it is reused and dropped as they are."""
+    changes, so a warm send gets this same object back; `made` is what each
+    of the loop's tool sources made of `specs` (mcp/source.py: its tools and
+    aliases), kept with them so it is reused and dropped as they are. Keyed
+    by the source: a tool calls back into the source that built it (its
+    scrubber), and two sources may share a manager."""
 
     specs: list[ToolSpec]
-    made: Any = None
+    made: dict[object, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

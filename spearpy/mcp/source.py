@@ -70,7 +70,7 @@ class McpTools:
     def offer(self, task: TaskPolicy, session: SessionPolicy, *, deadline: float | None,
               cancel: threading.Event | None) -> Offer:
         offered, failed = self._manager.offer(task, session, deadline=deadline, cancel=cancel)
-        made: tuple[list[Tool], dict[str, str]] | None = offered.made
+        made: tuple[list[Tool], dict[str, str]] | None = offered.made.get(self)
         if made is not None:
             # A warm send: the manager handed back the offer it cached, so the
             # tools, names and aliases are those made of it (and their
@@ -78,7 +78,7 @@ class McpTools:
             # nobody mutates them (ToolRegistry.attach copies what it keeps).
             return Offer(made[0], made[1])
         offer = self._make(offered.specs, failed)
-        offered.made = (offer.tools, offer.aliases)
+        offered.made[self] = (offer.tools, offer.aliases)
         return offer
 
     def _make(self, specs: list[ToolSpec], failed: dict[str, McpError]) -> Offer:
