@@ -79,7 +79,11 @@ def _as_tuples(policy: object, names: tuple[str, ...]) -> None:
     of offers (McpManager.offer) and equals the policy its tuples make."""
     for name in names:
         value = getattr(policy, name)
-        if isinstance(value, Iterable) and not isinstance(value, tuple | str):
+        # Built at every send (session_from_params): the usual tuple or None
+        # passes without an ABC check.
+        if value is None or type(value) is tuple:
+            continue
+        if isinstance(value, Iterable) and not isinstance(value, str):
             object.__setattr__(policy, name, tuple(value))
 
 
