@@ -7,13 +7,15 @@ is the point. For a journal from anywhere else it would let a file decide
 what the person running `spearpy resume` or `spearpy replay` hands a guest:
 mount their home directory read-write, give the guest their GITHUB_TOKEN,
 send their model key to another server, start the commands of an MCP
-directory it names. A journal is input, never a grant: what it asks beyond
+directory it names, or turn on (through its task layer) the servers of the
+user's own. A journal is input, never a grant: what it asks beyond
 what this invocation already grants (its own flags, environment and config)
 is refused unless its user vouches for the journal (`--trust-journal`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from spearpy.secret_env import BUILTIN_KEY_ENVS, REALTIME_KEY_ENV, is_secret_name
@@ -29,6 +31,7 @@ _FILES = {"config_file": "--config", "mcp_dirs": "--mcp-dir", "record": "--recor
 # (endpoint, key variable): a key read here and sent there, by a live run only.
 _ENDPOINTS = (("base_url", "api_key_env"), ("rtasr_url", "rtasr_api_key_env"))
 _SHOWN_CHARS = 120
+_JSON = (",", ":")
 
 
 def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
@@ -46,6 +49,13 @@ def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
             if theirs[key_env] and any(theirs[n] != mine.get(n) for n in theirs):
                 grants.append(f"--{endpoint.replace('_', '-')} {_shown(theirs[endpoint])} "
                               f"with the key in ${theirs[key_env]}")
+    # The task layer turns on the MCP servers of this user's own directories
+    # (and lifts their config's denylist): a key set otherwise than here.
+    task, own_task = host.get("task_params"), mine.get("task_params") or {}
+    if isinstance(task, dict):
+        grants += [f"--task-param {_shown(key + '=' + json.dumps(value, separators=_JSON))}"
+                   for key, value in task.items()
+                   if key not in own_task or own_task[key] != value]
     run: dict[str, Any] = start.flags.get("run") or {}
     grants += [f"--dir {_shown(f'{d[0]}:{d[1]}')}" for d in run.get("dirs") or ()
                if isinstance(d, list) and len(d) == 2]
