@@ -68,8 +68,8 @@ class McpManager:
         # (task, session) -> (usable server ids, (server id, record, specs) the
         # offer was computed from, the offer): a warm send's offer is the same
         # object while none of those changed, so it costs a few identity checks.
-        # The one cache of offers: the tool source keeps what it makes of one
-        # in it (Offered.made).
+        # The one cache of offers: each tool source keeps what it makes of
+        # one in it (Offered.made, by source).
         self._offered: dict[tuple[TaskPolicy, SessionPolicy], tuple[
             tuple[str, ...], tuple[tuple[str, ServerEntry, list[ToolSpec]], ...],
             Offered]] = {}
