@@ -292,6 +292,7 @@ class Host:
         first (docs/durable.md, "Whose journal")."""
         from spearpy.durable import read_start, run_arguments
         from spearpy.journal import JournalError
+        from spearpy.journal.errors import said
 
         arguments = run_arguments(read_start(journal), module=module, stdin=stdin)
         # The caller's limits over the journaled run's own.
@@ -303,7 +304,7 @@ class Host:
         except (TypeError, ValueError) as exc:
             # The journal's inputs (a mount gone since, a hand-edited start):
             # bad input from a file, not a caller's mistake.
-            raise JournalError(f"the journaled run cannot start here: {exc}") from None
+            raise JournalError(f"the journaled run cannot start here: {said(exc)}") from None
         return self.run(**arguments, journal=journal, **kwargs)
 
     @contextlib.contextmanager

@@ -12,6 +12,7 @@ from spearpy.cli.observe_options import observe_options, pop_observe_options
 from spearpy.cli.options import config_from_options, host_options, require_api_key
 from spearpy.cli.run import exit_as, observed_run
 from spearpy.errors import SpearpyError
+from spearpy.journal.errors import said
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -124,6 +125,7 @@ def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:
     """The host flags the journaled run had, with the ones given here over them."""
     from pydantic import ValidationError
 
+    from spearpy.backends.routing.spec import first_error
     from spearpy.config import HostConfig
 
     journaled = start.flags.get("host", {})
@@ -133,7 +135,8 @@ def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:
     try:
         return HostConfig(**merged)
     except (ValidationError, ValueError) as exc:
-        raise click.ClickException(f"the journal's flags are not usable here: {exc}") from None
+        raise click.ClickException("the journal's flags are not usable here: " + said(
+            first_error(exc) if isinstance(exc, ValidationError) else exc)) from None
 
 
 def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path: str | None,
@@ -153,7 +156,8 @@ def _run_again(spec: JournalSpec, start: Start, config: HostConfig, module_path:
     except ValueError as exc:
         # Host.run refusing its inputs: here they are the journal's (a --dir
         # gone since, a hand-edited start), which is bad input, not a crash.
-        raise click.ClickException(f"the journaled run cannot start here: {exc}") from None
+        raise click.ClickException(f"the journaled run cannot start here: {said(exc)}") \
+            from None
     finally:
         mismatch = host.replay_mismatch()
         host.close()

@@ -36,6 +36,12 @@ class ReplayDiverged(JournalError):
         self.step = step
 
 
+def said(error: object) -> str:
+    """An error about what a journal held (a run's start refused: its argv,
+    limits, flags), on one line and short: the file may be hand-made."""
+    return one_line(str(error), 500)
+
+
 def shown(value: object) -> str:
     """What a journal file held, in an error message: its repr, escaped and
     short (the file may be damaged or hand-made; errors reach terminals)."""
