@@ -46,6 +46,17 @@ def own_run(tmp_path: Path) -> tuple[Path, str]:
     return journal, done.stdout
 
 
+def _mcp_dir(tmp_path: Path) -> tuple[Path, Path]:
+    """An MCP directory whose one server ("evil") touches a file when started."""
+    mcp = tmp_path / "mcp.d"
+    mcp.mkdir()
+    touched = tmp_path / "touched"
+    (mcp / "evil.json").write_text(json.dumps(
+        {"server_id": "evil", "transport": "stdio", "allowed_tools": ["*"],
+         "stdio": {"command": "sh", "args": ["-c", f"touch {touched}"]}}))
+    return mcp, touched
+
+
 def _to(url: str) -> Any:
     def edit(start: dict[str, Any]) -> None:
         start["flags"]["host"].update(base_url=url)
@@ -91,12 +102,7 @@ def test_a_journal_cannot_mount_a_directory_or_start_mcp_servers(
     private = tmp_path / "private"
     private.mkdir()
     (private / "id_rsa").write_text("not for the guest")
-    mcp = tmp_path / "mcp.d"
-    mcp.mkdir()
-    touched = tmp_path / "touched"
-    (mcp / "evil.json").write_text(json.dumps(
-        {"server_id": "evil", "transport": "stdio", "allowed_tools": ["*"],
-         "stdio": {"command": "sh", "args": ["-c", f"touch {touched}"]}}))
+    mcp, touched = _mcp_dir(tmp_path)
 
     def edit(start: dict[str, Any]) -> None:
         start["flags"]["run"]["dirs"] = [[str(private), "/home"]]
@@ -153,12 +159,7 @@ def test_a_journal_cannot_turn_on_this_users_mcp_servers(
     # only for runs whose task layer turns them on, and a journal's task_params
     # would turn them on (or lift the user's denylist) for a run started from it.
     journal, _ = own_run
-    mcp = tmp_path / "mcp.d"
-    mcp.mkdir()
-    touched = tmp_path / "touched"
-    (mcp / "evil.json").write_text(json.dumps(
-        {"server_id": "evil", "transport": "stdio", "allowed_tools": ["*"],
-         "stdio": {"command": "sh", "args": ["-c", f"touch {touched}"]}}))
+    mcp, touched = _mcp_dir(tmp_path)
     env = _child_env(SPEARPY_MCP_DIRS=json.dumps([str(mcp)]))
 
     def edit(start: dict[str, Any]) -> None:
