@@ -49,7 +49,7 @@ try:
     os.kill(stopped, signal.SIGSTOP)
     ended = looping.result()
     # Read as its caller hears of the end.
-    data = journal.read_bytes()  # its complete lines: the file store writes zeros ahead
+    data = journal.read_bytes()
     seen["records"] = [json.loads(line) for line in data.split(b"\\n")[:-1]]
     seen["ended"] = [ended.outcome, ended.exit_code, ended.message]
 finally:
