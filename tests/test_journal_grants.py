@@ -177,3 +177,23 @@ def test_a_journal_cannot_turn_on_this_users_mcp_servers(
         SPEARPY_MCP_DIRS=json.dumps([str(mcp)]), SPEARPY_TASK_PARAMS=json.dumps(
             {"mcp.enabled": True, "mcp.default_server_ids": ["evil"]})))
     assert "--task-param" not in given.stderr, given.stderr
+
+
+def test_a_journal_cannot_choose_where_compiled_code_is_loaded_from(
+        tmp_path: Path, own_run: tuple[Path, str]) -> None:
+    # The module cache holds native code wasmtime loads without checking it:
+    # a journal naming the cache directory would run whatever a bug report
+    # put there. Where things are kept is this invocation's (run_flags never
+    # records it), so a journal's cache_dir is not taken.
+    journal, stdout = own_run
+    planted = tmp_path / "planted-cache"
+
+    def edit(start: dict[str, Any]) -> None:
+        start["flags"]["host"]["cache_dir"] = str(planted)
+        start["flags"]["host"]["module_cache_bytes"] = 1
+
+    crafted = _edited(journal, tmp_path / "crafted.jsonl", edit, ended=True)
+    done = _spearpy("replay", crafted, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == stdout
+    assert not planted.exists()

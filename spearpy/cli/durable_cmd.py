@@ -127,8 +127,9 @@ def _journaled_config(start: Start, overrides: dict[str, Any]) -> HostConfig:
 
     from spearpy.backends.routing.spec import first_error
     from spearpy.config import HostConfig
+    from spearpy.durable.spec import journaled_host_flags
 
-    journaled = start.flags.get("host", {})
+    journaled = journaled_host_flags(start)
     given = config_from_options(overrides) if any(
         v not in (None, (), False) for v in overrides.values()) else None
     merged = {**journaled, **(given.model_dump(exclude_unset=True) if given else {})}

@@ -175,6 +175,15 @@ def run_arguments(start: Start, *, module: object = None,
 _NOT_BEHAVIOUR = frozenset({"cache_dir", "module_cache_bytes", "max_parallel_tools"})
 
 
+def journaled_host_flags(start: Start) -> dict[str, Any]:
+    """The host flags the journaled run had that a run started from it takes:
+    not where things are kept, which run_flags never records. A hand-made
+    journal naming them would choose the module cache wasmtime loads
+    compiled code from unchecked (native code a bug report put there)."""
+    host: dict[str, Any] = start.flags.get("host") or {}
+    return {k: v for k, v in host.items() if k not in _NOT_BEHAVIOUR}
+
+
 def run_flags(config: HostConfig, options: RunOptions,
               module: str | os.PathLike[str] | None) -> dict[str, Any]:
     """What a journal records of how its run was started, beside argv, the
@@ -213,5 +222,5 @@ def bind_journal(run: RunContext, spec: JournalSpec, config: HostConfig, module_
     return None
 
 
-__all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "bind_journal", "open_run_journal",
-           "read_start", "run_arguments", "run_flags", "run_start"]
+__all__ = ["STDIN_STORED_MAX", "JournalSpec", "Mode", "bind_journal", "journaled_host_flags",
+           "open_run_journal", "read_start", "run_arguments", "run_flags", "run_start"]
