@@ -197,3 +197,31 @@ def test_a_journal_cannot_choose_where_compiled_code_is_loaded_from(
     assert done.returncode == 0, done.stderr
     assert done.stdout == stdout
     assert not planted.exists()
+
+
+def test_a_journal_cannot_loosen_this_invocations_guest_limits(
+        tmp_path: Path, own_run: tuple[Path, str]) -> None:
+    # A hostile guest replayed from a bug report is held to the user's bounds:
+    # its journal may tighten them (as its run had them), not lift them.
+    journal, stdout = own_run
+
+    def edit(start: dict[str, Any]) -> None:
+        start["limits"] = {"max_host_bytes": 1 << 40, "max_memory": None}
+        start["flags"]["host"]["max_log_bytes"] = 1 << 40
+
+    crafted = _edited(journal, tmp_path / "crafted.jsonl", edit, ended=True)
+    env = _child_env(SPEARPY_MAX_MEMORY="64MiB")
+    done = _spearpy("replay", crafted, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    for granted in (f"--max-host-bytes {1 << 40}", "--max-memory None",
+                    f"--max-log-bytes {1 << 40}"):
+        assert granted in done.stderr, done.stderr
+    assert done.stdout == ""
+
+    def tighter(start: dict[str, Any]) -> None:
+        start["limits"] = {"max_host_bytes": "200MiB", "max_memory": 32 << 20, "timeout": 60}
+
+    kept = _edited(journal, tmp_path / "tighter.jsonl", tighter, ended=True)
+    replayed = _spearpy("replay", kept, cwd=tmp_path, env=env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == stdout

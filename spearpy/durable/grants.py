@@ -32,6 +32,10 @@ _FILES = {"config_file": "--config", "mcp_dirs": "--mcp-dir", "record": "--recor
 _ENDPOINTS = (("base_url", "api_key_env"), ("rtasr_url", "rtasr_api_key_env"))
 _SHOWN_CHARS = 120
 _JSON = (",", ":")
+# The guest's bounds (context.RUN_LIMITS but max_parallel_tools, which bounds
+# no resource the guest takes).
+_LIMITS = ("timeout", "tool_timeout", "fuel", "max_memory", "max_open_fds", "max_log_bytes",
+           "max_host_bytes")
 
 
 def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
@@ -56,6 +60,7 @@ def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
         grants += [f"--task-param {_shown(key + '=' + json.dumps(value, separators=_JSON))}"
                    for key, value in task.items()
                    if key not in own_task or own_task[key] != value]
+    grants += _looser_limits(start, host, own)
     run: dict[str, Any] = start.flags.get("run") or {}
     grants += [f"--dir {_shown(f'{d[0]}:{d[1]}')}" for d in run.get("dirs") or ()
                if isinstance(d, list) and len(d) == 2]
@@ -65,6 +70,27 @@ def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
     grants += [f"--env {_shown(name)}" for name in start.env_names
                if is_secret_name(name) or name in keys]
     return grants
+
+
+def _looser_limits(start: Start, host: dict[str, Any], own: HostConfig) -> list[str]:
+    """The guest limits `start` sets looser than `own` (None: no bound). A
+    journal may tighten them, as its run had them, not lift them for a guest
+    that may have come with it."""
+    from pydantic import ValidationError
+
+    looser = []
+    for name in _LIMITS:
+        mine = getattr(own, name)
+        if mine is None or (name not in start.limits and name not in host):
+            continue
+        theirs = start.limits.get(name, host.get(name))
+        try:  # as the run would take it ("64MiB" among them)
+            value = getattr(type(own).model_validate({name: theirs}), name)
+        except (ValidationError, ValueError):
+            value = theirs  # refused when the run starts; named here all the same
+        if value is None or not isinstance(value, (int, float)) or value > mine:
+            looser.append(f"--{name.replace('_', '-')} {_shown(theirs)}")
+    return looser
 
 
 def _shown(value: Any) -> str:
