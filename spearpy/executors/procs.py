@@ -325,7 +325,10 @@ class ProcessRuns:
         for run, result in overdue:
             try:
                 end_journal(run.job, result)  # its writer lock died with the worker
-                run.on_end(result, None)
+            except Exception:
+                _log.exception("ending a stuck run's journal failed")
+            try:
+                run.on_end(result, None)  # told whatever came of its journal
             except Exception:
                 _log.exception("ending a stuck run failed")
         why = (f"the worker process (pid {worker.process.pid}) running this run "

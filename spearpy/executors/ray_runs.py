@@ -305,8 +305,10 @@ class RayRuns:
                 self._probe(slot, kill=True)
                 if hung.timed_out:
                     result = timed_out(hung.why)
-                    end_journal(run.job, result, wait=_COME_BACK_S)  # as procs.py does
-                    run.on_end(result, None)
+                    try:
+                        end_journal(run.job, result, wait=_COME_BACK_S)  # as procs.py does
+                    finally:
+                        run.on_end(result, None)  # told whatever came of its journal
                 else:
                     lost = hung.why
         except ray.exceptions.RayError as exc:
