@@ -28,8 +28,9 @@ def _run_inputs(func: F) -> F:
     --trust-journal: what it recorded and only its user may grant."""
     func = click.option("--trust-journal", is_flag=True,
                         help="start the run with the mounts, secret-named variables, key "
-                             "endpoints and config or MCP files the journal recorded (a "
-                             "journal from elsewhere is refused them: docs/durable.md)")(func)
+                             "endpoints, config or MCP files, task params and looser limits "
+                             "the journal recorded (a journal from elsewhere is refused "
+                             "them: docs/durable.md)")(func)
     func = click.option("--stdin", "stdin_file", type=click.File("rb"),
                         help="the run's stdin, when the journal keeps only its digest")(func)
     return click.option("--module", "module_path", type=click.Path(exists=True, dir_okay=False),
