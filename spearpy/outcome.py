@@ -65,6 +65,13 @@ class RunResult:
     logs: list[dict[str, str]] = field(default_factory=list)
     logs_dropped: int = 0
 
+    @classmethod
+    def ended_as(cls, outcome: str, message: str) -> RunResult:
+        """The end of a run the host ended for it (its worker died or was
+        killed, its result was lost): no run id, no output, the outcome's exit code."""
+        return cls(run_id="", exit_code=exit_code_for(outcome), outcome=str(outcome),
+                   message=message)
+
     @property
     def ok(self) -> bool:
         return self.outcome == "exited" and self.exit_code == 0

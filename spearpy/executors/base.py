@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spearpy.errors import SpearpyError
-from spearpy.outcome import RunResult, exit_code_for
+from spearpy.outcome import RunResult
 
 if TYPE_CHECKING:
     from spearpy.durable import JournalSpec
@@ -80,8 +80,7 @@ class Executor(Protocol):
 
 def worker_lost(message: str) -> RunResult:
     """The end of a run whose worker died under it."""
-    return RunResult(run_id="", exit_code=exit_code_for(WORKER_LOST), outcome=WORKER_LOST,
-                     message=message)
+    return RunResult.ended_as(WORKER_LOST, message)
 
 
 def run_on(host: Host, module: LoadedModule, job: RunJob, cancel: threading.Event,

@@ -41,7 +41,7 @@ from spearpy.executors.resumes import end_journal, resumed_event, resumed_job
 from spearpy.executors.spawn import died, reap, spawn_worker
 from spearpy.executors.unreadable import sort_out
 from spearpy.executors.watch import GRACE_S, SILENCE_S, check_bound, run_timeout
-from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.outcome import Outcome, RunResult
 
 if TYPE_CHECKING:
     from spearpy.config import HostConfig
@@ -260,8 +260,7 @@ class ProcessRuns:
         message = (f"a message about this run from its worker process (pid "
                    f"{worker.process.pid}) could not be read: {why}")
         _log.error("run %s: %s", key, message)
-        run.on_end(RunResult(run_id="", exit_code=exit_code_for(Outcome.HOST_ERROR),
-                             outcome=Outcome.HOST_ERROR.value, message=message), None)
+        run.on_end(RunResult.ended_as(Outcome.HOST_ERROR.value, message), None)
 
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind = message[0]

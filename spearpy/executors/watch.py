@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.outcome import Outcome, RunResult
 
 # Past its deadline, the time a run has to end on its worker (an epoch
 # tick, its transcript and journal written, a module compiled before the
@@ -48,8 +48,7 @@ def run_timeout(limits: dict[str, Any], config: dict[str, Any]) -> float | None:
 
 def timed_out(why: str) -> RunResult:
     """The end of a run that outlived its deadline on a worker that was killed."""
-    return RunResult(run_id="", exit_code=exit_code_for(Outcome.TIMEOUT),
-                     outcome=Outcome.TIMEOUT.value, message=why)
+    return RunResult.ended_as(Outcome.TIMEOUT.value, why)
 
 
 def overdue_why(timeout: float, grace: float, on: str, killed: str) -> str:

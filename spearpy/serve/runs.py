@@ -31,7 +31,7 @@ from spearpy.executors.journals import shared_spec
 from spearpy.host import Host, LoadedModule
 from spearpy.journal import SyncPolicy
 from spearpy.observe.events import RUN_END, Event, FanOut
-from spearpy.outcome import RunResult, exit_code_for
+from spearpy.outcome import RunResult
 from spearpy.serve.config import ServeConfig
 from spearpy.serve.events import EventEncoder
 from spearpy.serve.executors import Executor, ThreadRuns
@@ -325,8 +325,7 @@ class RunManager:
     def _final(self, live: LiveRun, result: RunResult | None,
                error: BaseException | None) -> tuple[dict[str, Any], EventRow]:
         if result is None:
-            result = RunResult(run_id="", exit_code=exit_code_for("host_error"),
-                               outcome="host_error", message=f"{type(error).__name__}: {error}")
+            result = RunResult.ended_as("host_error", f"{type(error).__name__}: {str(error)[:500]}")
         message = result.message
         if result.outcome == "cancelled" and live.cancel_reason == "shutdown":
             message = (f"the service shut down and the run did not end within its "
