@@ -6,19 +6,15 @@ server."""
 
 from __future__ import annotations
 
-from spearpy.backends.base import CompletionRequest
-from tests.test_backends_wire_h1 import RawServer, _backend, answer
+from tests.test_backends_wire_h1 import RawServer, answer, complete_once
 
 
 def test_an_integer_too_long_to_convert_is_a_bad_body() -> None:
     raw = (b'{"choices":[{"message":{"role":"assistant","content":"x"}}],"n":'
            + b"1" * 5000 + b"}")
     server = RawServer(lambda c, r: (answer(raw), False))
-    backend = _backend(server)
     try:
-        result = backend.complete(CompletionRequest(
-            model="m", messages=[{"role": "user", "content": "hi"}]))
+        result = complete_once(server)
     finally:
-        backend.close()
         server.close()
     assert result.error is not None and result.error.code == "upstream_bad_json"

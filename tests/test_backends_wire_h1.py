@@ -26,6 +26,7 @@ import pytest
 from spearpy.backends.base import CompletionRequest
 from spearpy.backends.openai import OpenAIBackend
 from spearpy.backends.wire import Wire
+from spearpy.chat.protocol import CompletionResult
 from spearpy.retry import RetryPolicy
 
 BODY = json.dumps({"id": "r", "object": "chat.completion", "model": "m", "choices": [
@@ -135,6 +136,16 @@ def _backend(server: RawServer, *, max_connections: int = 64,
              base_url: str | None = None) -> OpenAIBackend:
     return OpenAIBackend(base_url=base_url or server.url, api_key_env="", request_timeout=5.0,
                          retry=RetryPolicy(max_retries=0), max_connections=max_connections)
+
+
+def complete_once(server: RawServer) -> CompletionResult:
+    """One completion asked of `server` by a backend of its own, closed after."""
+    backend = _backend(server)
+    try:
+        return backend.complete(CompletionRequest(
+            model="m", messages=[{"role": "user", "content": "hi"}]))
+    finally:
+        backend.close()
 
 
 def _ask(backend: OpenAIBackend) -> tuple[str | None, str]:

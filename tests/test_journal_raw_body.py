@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from spearpy.backends.base import CompletionRequest
 from spearpy.journal import FileJournalStore
 from spearpy.journal.records import decode
 from spearpy.journal.writer import JournalWriter
-from tests.test_backends_wire_h1 import RawServer, _backend, answer
+from tests.test_backends_wire_h1 import RawServer, answer, complete_once
 
 KEY = "sk-raw-body-0123456789abcdef"
 SPACED = ('{ "id": "r", "object": "chat.completion", "model": "m", "choices": [ {"index": 0, '
@@ -25,12 +24,7 @@ SPACED = ('{ "id": "r", "object": "chat.completion", "model": "m", "choices": [ 
 def _record(server: RawServer, tmp_path: Path) -> tuple[bytes, dict[str, object]]:
     """One completion asked and journaled as a run journals it; the line
     written and the body the run got."""
-    backend = _backend(server)
-    try:
-        result = backend.complete(CompletionRequest(
-            model="m", messages=[{"role": "user", "content": "hi"}]))
-    finally:
-        backend.close()
+    result = complete_once(server)
     assert result.error is None and result.body is not None
     store = FileJournalStore(tmp_path)
     with JournalWriter.open(store, "raw", secrets=[KEY]) as writer:
