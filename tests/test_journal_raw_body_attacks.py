@@ -26,10 +26,12 @@ BODY = ('{"id":"r","object":"chat.completion","model":"m","choices":[{"index":0,
         '"message":{"role":"assistant","content":"CONTENT"},"finish_reason":"stop"}]}')
 
 
-def _complete(server: RawServer, key: str | None, monkeypatch: pytest.MonkeyPatch
+def _complete(raw: bytes, key: str | None, monkeypatch: pytest.MonkeyPatch
               ) -> tuple[dict[str, object], bytes | None]:
+    """What a run gets when a server answers `raw` (`key` its API key)."""
     if key:
         monkeypatch.setenv("RAW_ATTACK_KEY", key)
+    server = RawServer(lambda c, r: (answer(raw), False))
     backend = OpenAIBackend(base_url=server.url, api_key_env="RAW_ATTACK_KEY" if key else "",
                             request_timeout=5.0, retry=RetryPolicy(max_retries=0))
     try:
@@ -37,6 +39,7 @@ def _complete(server: RawServer, key: str | None, monkeypatch: pytest.MonkeyPatc
             model="m", messages=[{"role": "user", "content": "hi"}]))
     finally:
         backend.close()
+        server.close()
     assert result.error is None and result.body is not None, result.error
     return result.body, result.raw
 
@@ -56,11 +59,7 @@ def test_a_wide_body_of_ascii_bytes_is_replayed_as_the_run_got_it(
         tmp_path: Path, encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
     raw = BODY.replace("CONTENT", "hello").encode(encoding)
     assert raw.isascii()  # every byte ASCII: the splice's first check lets it through
-    server = RawServer(lambda c, r: (answer(raw), False))
-    try:
-        body, got_raw = _complete(server, None, monkeypatch)
-    finally:
-        server.close()
+    body, got_raw = _complete(raw, None, monkeypatch)
     line = _journal(tmp_path, body, got_raw)
     assert b"\0" not in line
     assert decode(line).answer["body"] == body
@@ -70,11 +69,7 @@ def test_a_wide_body_of_ascii_bytes_is_replayed_as_the_run_got_it(
 def test_a_key_spelled_wide_reaches_neither_the_guest_nor_the_journal(
         tmp_path: Path, encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
     raw = BODY.replace("CONTENT", f"your key is {KEY}").encode(encoding)
-    server = RawServer(lambda c, r: (answer(raw), False))
-    try:
-        body, got_raw = _complete(server, KEY, monkeypatch)
-    finally:
-        server.close()
+    body, got_raw = _complete(raw, KEY, monkeypatch)
     assert KEY not in repr(body)  # what the guest is given
     line = _journal(tmp_path, body, got_raw)
     for spelling in ("ascii", encoding):
@@ -101,10 +96,6 @@ def test_a_body_nested_as_deep_as_a_run_takes_is_read_back(
     text = BODY.replace("CONTENT", "deep")[:-1] + ',"x":' + "[" * depth + "]" * depth + "}"
     # Spliced as sent, or (non-ASCII) encoded again by the general path.
     raw = text.encode("ascii") if spliced else text.replace("deep", "d\u00e9ep").encode()
-    server = RawServer(lambda c, r: (answer(raw), False))
-    try:
-        body, got_raw = _complete(server, None, monkeypatch)
-    finally:
-        server.close()
+    body, got_raw = _complete(raw, None, monkeypatch)
     line = _journal(tmp_path, body, got_raw)
     assert decode(line).answer["body"] == body
