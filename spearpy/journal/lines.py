@@ -82,11 +82,11 @@ def _with_raw_body(answer: Any, raw: bytes, scrub: EncodedScrub) -> str | None:
     if not (raw.isascii() and not _NOT_IN_A_LINE.search(raw)
             and tuple(answer) == _ANSWER_KEYS and answer["error"] is None):
         return None
-    body = raw.decode("ascii").strip()
-    if not scrub.clean(body):
-        return None
     # No value encoded before the body can hold this text: a string's quotes are escaped.
-    return line_text({**answer, "body": None}).replace('"body":null', f'"body":{body}', 1)
+    text = line_text({**answer, "body": None}).replace(
+        '"body":null', f'"body":{raw.decode("ascii").strip()}', 1)
+    # The whole line, not the body alone: the model beside it may be the request's own.
+    return text if scrub.clean(text) else None
 
 
 def guest_output_line(seq: int, name: str, arguments: str, ok: bool, output: str,
