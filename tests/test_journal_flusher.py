@@ -64,25 +64,17 @@ def test_a_child_forked_while_a_write_was_handed_over_hands_over_its_own(
 # cannot start (as tests/test_parallel_limits.py's child); then a record is
 # made (a buffered writer arms its max_wait) and handed to the flusher.
 _NO_THREADS_CHILD = """
-import json, resource, sys, threading
+import json, sys
 from spearpy.journal import FileJournalStore, SyncPolicy
 from spearpy.journal.writer import JournalWriter
+from tests.thread_room import use_up_thread_room
 
 store = FileJournalStore(sys.argv[1])
 writer = JournalWriter.open(store, "run", buffered=True, sync=SyncPolicy.NONE)
 writer.start(module=b"m", argv=[], env=[], stdin=b"", limits={}, flags={})
 writer.flush()
 writer.max_wait = 0.05  # armed by the next record: no flusher thread started so far
-status = open("/proc/self/status").read().splitlines()
-mapped = int(next(line for line in status if line.startswith("VmSize")).split()[1]) << 10
-threading.stack_size(1 << 30)
-resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), resource.RLIM_INFINITY))
-try:
-    threading.Thread(target=lambda: None).start()
-    started = True
-except RuntimeError:
-    started = False
-report = {"thread_started": started}
+report = {"thread_started": use_up_thread_room()}
 try:
     writer.append_hostcall("system.random_i64", (), 1, [], 0.0)
     writer.flush_soon()  # the guest is about to wait

@@ -139,12 +139,13 @@ def test_a_batch_inside_a_tool_ends_its_stuck_python_call_at_the_tool_deadline(
 # thread, so no thread can start in it any more (RLIMIT_AS binds root too,
 # where RLIMIT_NPROC does not); then a reply asks for two Python calls.
 _NO_THREADS_CHILD = """
-import json, resource, sys, threading
+import json, sys, threading
 from spearpy import abi
 from spearpy.context import RunOptions
 from spearpy.host import Host
 from spearpy.tools.python import PythonTools
 from tests.probe import Probe, wat_module
+from tests.thread_room import use_up_thread_room
 
 def count(i: int) -> str:
     return f"count {i}"
@@ -159,16 +160,7 @@ with Host(cache_dir=None, model="m", max_retries=0, base_url=sys.argv[1], api_ke
                   RunOptions(capture_output=True, sinks=[events.append], cancel=cancel))
     fd = probe.hc("cchat_create")
     assert probe.write_msg(fd, "user", "go") == 0
-    status = open("/proc/self/status").read().splitlines()
-    mapped = int(next(line for line in status if line.startswith("VmSize")).split()[1]) << 10
-    threading.stack_size(1 << 30)
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), resource.RLIM_INFINITY))
-    try:
-        threading.Thread(target=lambda: None).start()
-        started = True
-    except RuntimeError:
-        started = False
-    report = {"thread_started": started}
+    report = {"thread_started": use_up_thread_room()}
     try:
         report["body"] = probe.recv_json(probe.hc("cchat_send", fd, abi.SEND_AUTO_TOOL_CALL))
     except BaseException as exc:
