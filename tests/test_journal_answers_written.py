@@ -75,29 +75,20 @@ def test_a_frame_the_guest_read_is_in_the_file_while_it_waits_for_the_next(
     assert _frames_read(path) == 2
 
 
-def test_a_reading_is_in_the_file_while_the_guest_computes_on(host: Host,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("module", "what"), [
+    # The second reading comes after ~0.5 G loop turns (well past
+    # ANSWERS_WAIT_S): the first is written out before it.
+    (SPIN, "the first clock reading"),
+    # No call comes after the reading: only the bound writes it.
+    (ONCE, "the last clock reading"),
+])
+def test_a_reading_is_in_the_file_while_the_guest_computes_on(
+        host: Host, tmp_path: Path, module: bytes, what: str) -> None:
     path = tmp_path / "spin.jsonl"
-    handle = host.start(SPIN, journal=JournalSpec(path), limits={"timeout": 120})
-    try:
-        # The second reading comes after ~0.5 G loop turns (well past
-        # ANSWERS_WAIT_S): the first is written out before it.
-        _until(lambda: [c for c, _rc in _calls(path)].count("system.time_now_ms") >= 1,
-               "the first clock reading is not in the journal file")
-        assert not handle.done()
-    finally:
-        handle.cancel()
-    assert handle.result(timeout=WAIT_S).outcome == "cancelled"
-
-
-def test_the_last_reading_is_in_the_file_while_the_guest_computes_on(host: Host,
-                                                                      tmp_path: Path) -> None:
-    """No call comes after the reading: only the bound writes it."""
-    path = tmp_path / "once.jsonl"
-    handle = host.start(ONCE, journal=JournalSpec(path), limits={"timeout": 120})
+    handle = host.start(module, journal=JournalSpec(path), limits={"timeout": 120})
     try:
         _until(lambda: [c for c, _rc in _calls(path)].count("system.time_now_ms") >= 1,
-               "the last clock reading is not in the journal file")
+               f"{what} is not in the journal file")
         assert not handle.done()
     finally:
         handle.cancel()
