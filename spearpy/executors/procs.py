@@ -22,7 +22,6 @@ pools) that `fork` would copy mid-use.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import pickle
@@ -243,10 +242,8 @@ class ProcessRuns:
         finally:
             worker.results.close()
             if stopped is not None:
-                _log.error("stopping worker process %d: %s", worker.process.pid, stopped)
-                with contextlib.suppress(OSError):
-                    worker.process.kill()
-            self._bury(worker, stopped or worker.stopping)
+                self._watch.kill(worker, stopped)
+            self._bury(worker, worker.stopping)
 
     def _unreadable_run(self, worker: _Worker, key: str, *, ended: bool, why: str) -> None:
         """End a run whose message the parent could not read, and stop it on

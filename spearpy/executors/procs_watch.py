@@ -93,7 +93,7 @@ class ProcsWatch:
         for worker in workers:
             if not worker.ready.is_set():
                 if now - worker.born >= self._start_timeout:
-                    self._kill(worker, f"it did not start within {self._start_timeout:g} s")
+                    self.kill(worker, f"it did not start within {self._start_timeout:g} s")
                 continue
             if not self._overdue(worker, now):
                 self._silent(worker, now)
@@ -114,7 +114,7 @@ class ProcsWatch:
         for run, result in ends:
             _log.error("run %s: %s", run.job.key, result.message)
         timeout = runs[0].timeout or 0.0
-        self._kill(worker, f"a run on it exceeded its {timeout:g} s deadline and did not end "
+        self.kill(worker, f"a run on it exceeded its {timeout:g} s deadline and did not end "
                           f"within {self.grace:g} s more")
         return True
 
@@ -130,11 +130,12 @@ class ProcsWatch:
                 quiet.pinged = now
                 worker.outbox.put(("ping",))
         elif now - quiet.pinged >= self.silence:
-            self._kill(worker, unanswered_why(self.silence, "it", "it"))
+            self.kill(worker, unanswered_why(self.silence, "it", "it"))
 
-    def _kill(self, worker: _Worker, why: str) -> None:
-        """Kill a worker taken for hung; its reader then ends its runs as in
-        a death (ProcessRuns._bury), saying `why`."""
+    def kill(self, worker: _Worker, why: str) -> None:
+        """Kill a worker taken for hung, or one whose messages cannot be read
+        on (ProcessRuns._read_loop); its reader then ends its runs as in a
+        death (ProcessRuns._bury), saying `why` (the first reason given)."""
         with self._lock:
             if worker.stopping is not None:
                 return
