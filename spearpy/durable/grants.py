@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from spearpy.context import RUN_LIMITS
 from spearpy.secret_env import BUILTIN_KEY_ENVS, REALTIME_KEY_ENV, is_secret_name
 
 if TYPE_CHECKING:
@@ -32,10 +33,9 @@ _FILES = {"config_file": "--config", "mcp_dirs": "--mcp-dir", "record": "--recor
 _ENDPOINTS = (("base_url", "api_key_env"), ("rtasr_url", "rtasr_api_key_env"))
 _SHOWN_CHARS = 120
 _JSON = (",", ":")
-# The guest's bounds (context.RUN_LIMITS but max_parallel_tools, which bounds
-# no resource the guest takes).
-_LIMITS = ("timeout", "tool_timeout", "fuel", "max_memory", "max_open_fds", "max_log_bytes",
-           "max_host_bytes")
+# The guest's bounds: a run's limits but max_parallel_tools, which bounds no
+# resource the guest takes.
+_LIMITS = tuple(sorted(RUN_LIMITS - {"max_parallel_tools"}))
 
 
 def journal_grants(start: Start, own: HostConfig, *, live: bool) -> list[str]:
