@@ -162,8 +162,8 @@ def sort_out(data: bytes, exc: BaseException) -> tuple[Message, str | None]:
     for part in parts:
         try:
             bad = first_unreadable(part)
-        except BaseException as exc:  # an attribute lookup of one of its objects raised
-            bad = Unreadable(_why(exc))
+        except BaseException as err:  # an attribute lookup of one of its objects raised
+            bad = Unreadable(_why(err))
         if bad is None:
             kept.append(part)
         elif part[0] in ("event", "end") and len(part) > 1 and isinstance(part[1], str):
