@@ -278,7 +278,7 @@ class RunJournal:
         self._served_check(served_answer, kind, kind, answer)
         if self.copy:
             self._append(kind, request, answer)
-        if "t" in answer:  # a number of ms (records.is_ms)
+        if "t" in answer:  # a number of ms (hostcall_answers.is_ms)
             self._elapsed_ms = float(answer["t"])
         return answer
 

@@ -124,7 +124,7 @@ def _implementation(family: HostcallFamily, name: str) -> HostFn:
     # A family with a replay hook rebuilds (or refuses) its own fds at go-live;
     # the journal's own check is for those without one.
     sets_up_fd = hostcall.sets_up_fd and replayed is None
-    rc_bits = 32 if hostcall.results == ("i32",) else 64
+    rc_bits = 32 if hostcall.results == (I32,) else 64
     return _journaled(f"{family.name}.{name}", fn, sets_up_fd, hostcall.answers_only,
                       replayed, rc_bits) if hostcall.journaled else fn
 
