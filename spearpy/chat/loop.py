@@ -38,7 +38,6 @@ from spearpy.chat.protocol import (
     CompletionResult,
     Done,
     Failed,
-    JSONDict,
     LimitHit,
     LoopLimits,
     LoopNote,
@@ -79,16 +78,16 @@ class ToolLoop(SendEndings):
         self._started = clock()
         # Notes for observers, oldest first: drain_notes() takes them (a driver
         # may test the list itself; it is empty on almost every step).
-        self.notes: list[LoopNote] = []
-        self._queue: deque[ToolCall] = deque()  # head = the call being answered
-        self._awaiting: Complete | CallTool | CallTools | None = None
-        self._final: Done | Failed | None = None
-        self._cache: dict[tuple[str, str], str] = {}
-        self._in_flight_key: tuple[str, str] | None = None
-        self._batch_keys: list[tuple[str, str] | None] = []  # a CallTools' calls'
+        self.notes = []
+        self._queue = deque()  # head = the call being answered
+        self._awaiting = None
+        self._final = None
+        self._cache: dict[CacheKey, str] = {}
+        self._in_flight_key: CacheKey | None = None
+        self._batch_keys = []  # a CallTools' calls'
         # The reply whose calls are being answered (its body ends a held send),
         # and the calls the guest approved by sending AUTO with them pending.
-        self._reply: tuple[JSONDict, JSONDict] | None = None
+        self._reply = None
         self._approved: frozenset[str] = frozenset()
         # A send's tools are fixed while it runs (the hostcalls that change a
         # session refuse one that is sending): looked up and offered from
