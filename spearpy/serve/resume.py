@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from spearpy.durable import JournalSpec
 from spearpy.executors.base import RunJob
 from spearpy.executors.resumes import continued_fork
-from spearpy.outcome import Outcome, RunResult, exit_code_for
+from spearpy.outcome import Outcome, RunResult
 from spearpy.serve.runs import JOURNALS, LiveRun, RunManager
 from spearpy.serve.seqs import MAX_KINDS, EventSeqs
 from spearpy.serve.store_resume import Resumable, ResumeInputs
@@ -103,9 +103,7 @@ class Resumer:
                 await asyncio.sleep(_SLOT_POLL_S)
             if live.cancel.is_set():
                 # DELETE, or the service shutting down, before it ran again.
-                self._runs.record_end(live, RunResult(
-                    run_id="", outcome=Outcome.CANCELLED,
-                    exit_code=exit_code_for(Outcome.CANCELLED)), None)
+                self._runs.record_end(live, RunResult.ended_as(Outcome.CANCELLED, ""), None)
                 continue
             try:
                 await self._launch(live, item.inputs)
